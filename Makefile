@@ -1,0 +1,36 @@
+# `make demo` and `make test` bootstrap .venv on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+export HF_HUB_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: demo test bench install clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+# torch is pinned and installed first: an unpinned torch pulls a multi-GB CUDA build.
+$(STAMP): $(PY) setup.cfg pyproject.toml
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/demo.py
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 --timeout 900 tests
+
+bench: $(STAMP)
+	$(VENV)/bin/hf-xfmr bench --suite all --output benchmarks/results
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache

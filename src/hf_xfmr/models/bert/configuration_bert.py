@@ -1,0 +1,120 @@
+"""Configuration of BERT (Devlin et al., 2018, https://arxiv.org/abs/1810.04805) and RoBERTa
+(Liu et al., 2019, https://arxiv.org/abs/1907.11692).
+
+Field names follow transformers' `BertConfig` / `RobertaConfig` so checkpoints convert field by field.
+"""
+
+from transformers import PretrainedConfig
+
+from ..config_utils import (
+    check_choice,
+    check_divisible,
+    check_positive_float,
+    check_positive_int,
+    check_probability,
+    check_token_id,
+    preset_kwargs,
+)
+from .presets import BERT_PRESETS, ROBERTA_PRESETS
+
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
+POSITION_EMBEDDING_TYPES = ("absolute",)
+
+
+class XfmrBertConfig(PretrainedConfig):
+    r"""Configuration of an hf_xfmr BERT model.
+
+    Args:
+        vocab_size: number of token ids.
+        hidden_size: width C of every layer; must be divisible by `num_attention_heads`.
+        num_hidden_layers: number of encoder layers.
+        num_attention_heads: attention heads H per layer (head size D = C / H).
+        intermediate_size: width of the feed-forward block.
+        hidden_act: feed-forward activation, one of `ACTIVATIONS`.
+        hidden_dropout_prob: dropout on embeddings and on each sub-layer output.
+        attention_probs_dropout_prob: dropout on attention probabilities.
+        max_position_embeddings: number of learned absolute positions.
+        type_vocab_size: number of token types (segments); 2 for BERT (A/B), 1 for RoBERTa.
+        initializer_range: standard deviation of the normal initialiser.
+        layer_norm_eps: epsilon of every LayerNorm.
+        pad_token_id / bos_token_id / eos_token_id: special token ids (None = absent).
+        position_embedding_type: only "absolute" (learned) positions.
+        classifier_dropout: dropout of classification heads; None uses `hidden_dropout_prob`.
+        tie_word_embeddings: share the input embedding matrix with the MLM decoder.
+        sparse_prediction: when labels are given, the MLM head projects only the positions with a label
+            (!= -100) onto the vocabulary. The loss is identical; `logits` then has shape (N_labelled, V).
+            This skips ~85% of the largest matmul in MLM pretraining.
+    """
+
+    model_type = "xfmr-bert"
+    presets = BERT_PRESETS
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    position_embedding_type: str = "absolute"
+    classifier_dropout: float | None = None
+    tie_word_embeddings: bool = True
+    sparse_prediction: bool = False
+
+    def __post_init__(self, **kwargs):
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            check_positive_int(name, getattr(self, name))
+        check_divisible("hidden_size", self.hidden_size, "num_attention_heads", self.num_attention_heads)
+        check_choice("hidden_act", self.hidden_act, ACTIVATIONS)
+        check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
+        check_probability("hidden_dropout_prob", self.hidden_dropout_prob)
+        check_probability("attention_probs_dropout_prob", self.attention_probs_dropout_prob)
+        check_probability("classifier_dropout", self.classifier_dropout, allow_none=True)
+        check_positive_float("initializer_range", self.initializer_range)
+        check_positive_float("layer_norm_eps", self.layer_norm_eps)
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            check_token_id(name, getattr(self, name), self.vocab_size)
+        super().__post_init__(**kwargs)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides):
+        """A config of a named size (`tiny`, `base`, `large`) with `overrides` applied."""
+        return cls(**preset_kwargs(cls.presets, name, overrides))
+
+
+class XfmrRobertaConfig(XfmrBertConfig):
+    r"""Configuration of an hf_xfmr RoBERTa model: BERT's fields with RoBERTa's defaults.
+
+    RoBERTa numbers positions from `pad_token_id + 1` (padding keeps position `pad_token_id`), so
+    `max_position_embeddings` counts those leading slots: 514 for 512 usable positions.
+    """
+
+    model_type = "xfmr-roberta"
+    presets = ROBERTA_PRESETS
+
+    vocab_size: int = 50265
+    max_position_embeddings: int = 514
+    type_vocab_size: int = 1
+    layer_norm_eps: float = 1e-5
+    pad_token_id: int | None = 1
+    bos_token_id: int | None = 0
+    eos_token_id: int | None = 2
+
+    def __post_init__(self, **kwargs):
+        if self.pad_token_id is None:
+            raise ValueError("`pad_token_id` must be set for RoBERTa: positions are numbered after it.")
+        if self.max_position_embeddings <= self.pad_token_id + 1:
+            raise ValueError(
+                f"`max_position_embeddings`={self.max_position_embeddings} leaves no usable position: RoBERTa "
+                f"needs more than pad_token_id + 1 = {self.pad_token_id + 1} slots."
+            )
+        super().__post_init__(**kwargs)

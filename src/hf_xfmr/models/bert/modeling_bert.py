@@ -1,0 +1,441 @@
+"""BERT: a post-LayerNorm bidirectional Transformer encoder.
+
+Paper: Devlin et al., 2018, "BERT: Pre-training of Deep Bidirectional Transformers for Language
+Understanding", https://arxiv.org/abs/1810.04805. Parity reference: transformers' `BertModel` and heads,
+through `convert_bert.py`.
+
+Deliberate deviations from the reference (outputs are unchanged):
+- with `config.sparse_prediction` and labels given, the MLM head projects only labelled positions
+  onto the vocabulary (`logits` is then (N, V)); the loss is the same number.
+- projections use the names shared by every hf_xfmr model (`q_proj`, `k_proj`, `v_proj`, `o_proj`,
+  `up_proj`, `down_proj`), so one LoRA target list fits all architectures.
+
+Shapes: B batch, T sequence length, C hidden size, H heads, D head size (C / H), V vocabulary size,
+K number of choices, N number of labelled (masked) positions.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPooling,
+    MaskedLMOutput,
+    ModelOutput,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from ...layers.attention import eager_attention_forward
+from ...layers.init import normal_init_
+from ...layers.masks import padding_mask
+from ...layers.mlp import MLP, get_activation
+from ..input_checks import check_encoder_inputs
+from ..losses import IGNORE_INDEX, sequence_classification_loss, span_loss, token_loss
+from .configuration_bert import XfmrBertConfig
+
+
+class XfmrBertEmbeddings(nn.Module):
+    """Token + learned absolute position + token type embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def default_position_ids(self, input_ids, seq_len, device):
+        return torch.arange(seq_len, device=device).unsqueeze(0)  # (1, T)
+
+    def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None):
+        if inputs_embeds is None:
+            inputs_embeds = self.word_embeddings(input_ids)  # (B, T, C)
+        seq_len = inputs_embeds.shape[1]
+        if position_ids is None:
+            position_ids = self.default_position_ids(input_ids, seq_len, inputs_embeds.device)
+        embeddings = inputs_embeds + self.position_embeddings(position_ids)
+        if token_type_ids is None:
+            embeddings = embeddings + self.token_type_embeddings.weight[0]  # every token is segment A
+        else:
+            embeddings = embeddings + self.token_type_embeddings(token_type_ids)
+        return self.dropout(self.norm(embeddings))
+
+
+class XfmrBertAttention(nn.Module):
+    """Multi-head self-attention; the kernel (eager, sdpa, ...) is picked by `config._attn_implementation`."""
+
+    is_causal = False  # read by transformers' kernels: never treat a missing mask as causal
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_dim**-0.5
+        self.dropout_p = config.attention_probs_dropout_prob
+        self.q_proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.k_proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.v_proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.o_proj = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
+        batch, seq_len, _ = hidden_states.shape
+        shape = (batch, seq_len, self.num_heads, self.head_dim)
+        q = self.q_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
+        k = self.k_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
+        v = self.v_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
+
+        implementation = "eager" if output_attentions else self.config._attn_implementation
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        out, weights = attention(
+            self, q, k, v, attention_mask,
+            scaling=self.scaling, dropout=self.dropout_p if self.training else 0.0,
+        )
+        out = out.reshape(batch, seq_len, -1)  # (B, T, H, D) -> (B, T, C)
+        return self.o_proj(out), weights
+
+
+class XfmrBertLayer(GradientCheckpointingLayer):
+    """Post-LN block: x = LN(x + Attn(x)); x = LN(x + MLP(x))."""
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.attn = XfmrBertAttention(config, layer_idx)
+        self.attn_dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.attn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.mlp = MLP(config.hidden_size, config.intermediate_size, config.hidden_act,
+                       dropout=config.hidden_dropout_prob)
+        self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
+        attn_out, weights = self.attn(hidden_states, attention_mask, output_attentions)
+        hidden_states = self.attn_norm(hidden_states + self.attn_dropout(attn_out))
+        hidden_states = self.mlp_norm(hidden_states + self.mlp(hidden_states))
+        return hidden_states, weights
+
+
+class XfmrBertPooler(nn.Module):
+    """tanh(W h_[CLS] + b): the sentence representation used by NSP and sequence-level heads."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states):
+        return torch.tanh(self.dense(hidden_states[:, 0]))  # (B, C)
+
+
+class XfmrBertPreTrainedModel(PreTrainedModel):
+    config_class = XfmrBertConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["XfmrBertLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = False  # padded batches would need unpadding; see the ModernBERT port
+    _supports_flex_attn = False
+
+    def _init_weights(self, module):
+        normal_init_(module, self.config.initializer_range)
+
+
+class XfmrBertModel(XfmrBertPreTrainedModel):
+    """The encoder: embeddings, `num_hidden_layers` post-LN layers and an optional [CLS] pooler."""
+
+    embeddings_class = XfmrBertEmbeddings
+
+    def __init__(self, config, add_pooling_layer: bool = True):
+        super().__init__(config)
+        self.embeddings = self.embeddings_class(config)
+        self.layers = nn.ModuleList(XfmrBertLayer(config, i) for i in range(config.num_hidden_layers))
+        self.pooler = XfmrBertPooler(config) if add_pooling_layer else None
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ):
+        check_encoder_inputs(
+            input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
+            vocab_size=self.config.vocab_size, type_vocab_size=self.config.type_vocab_size,
+            max_positions=self.config.max_position_embeddings,
+        )
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = (
+            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        return_dict = self.config.use_return_dict if return_dict is None else return_dict
+
+        hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, C)
+        # A mask of all ones is dropped so SDPA can take its fastest unmasked kernel.
+        mask = None
+        if attention_mask is not None and not bool(attention_mask.all()):
+            mask = padding_mask(attention_mask)  # (B, 1, 1, T) bool, True = attend
+
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for layer in self.layers:
+            hidden_states, weights = layer(hidden_states, mask, output_attentions)
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            if output_attentions:
+                all_attentions += (weights,)
+
+        pooled = self.pooler(hidden_states) if self.pooler is not None else None
+        output = BaseModelOutputWithPooling(
+            last_hidden_state=hidden_states, pooler_output=pooled,
+            hidden_states=all_hidden_states, attentions=all_attentions,
+        )
+        return output if return_dict else output.to_tuple()
+
+
+class XfmrBertLMHead(nn.Module):
+    """MLM head: dense -> activation -> LayerNorm -> decoder onto the vocabulary (tied to the input embeddings)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = get_activation(config.hidden_act)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, hidden_states):
+        return self.decoder(self.norm(self.act(self.dense(hidden_states))))  # (..., V)
+
+
+def masked_lm_logits_and_loss(lm_head, hidden_states, labels, sparse: bool):
+    """Run the MLM head; with `sparse` and labels, only on labelled positions (logits then (N, V))."""
+    if labels is not None and sparse:
+        labels = labels.reshape(-1)
+        keep = (labels != IGNORE_INDEX).nonzero().squeeze(1)  # (N,)
+        hidden_states = hidden_states.reshape(-1, hidden_states.shape[-1]).index_select(0, keep)  # (N, C)
+        labels = labels.index_select(0, keep)
+    logits = lm_head(hidden_states)
+    loss = token_loss(logits, labels) if labels is not None else None
+    return logits, loss
+
+
+@dataclass
+class XfmrBertForPreTrainingOutput(ModelOutput):
+    """Output of `XfmrBertForPreTraining`: MLM logits, NSP logits and their summed loss."""
+
+    loss: torch.Tensor | None = None
+    prediction_logits: torch.Tensor | None = None
+    seq_relationship_logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+class XfmrBertHeadModel(XfmrBertPreTrainedModel):
+    """Base of the task heads: owns `self.model` (the encoder) and runs it."""
+
+    base_model_class = XfmrBertModel
+    add_pooling_layer = False
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.model = self.base_model_class(config, add_pooling_layer=self.add_pooling_layer)
+
+    def classifier_dropout(self):
+        p = self.config.classifier_dropout
+        return nn.Dropout(self.config.hidden_dropout_prob if p is None else p)
+
+    def encode(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+               output_attentions, output_hidden_states):
+        return self.model(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, return_dict=True,
+        )
+
+    @staticmethod
+    def finish(output, return_dict):
+        return output if return_dict is not False else output.to_tuple()
+
+
+class XfmrBertForMaskedLM(XfmrBertHeadModel):
+    lm_head_class = XfmrBertLMHead
+    _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.lm_head = self.lm_head_class(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
+                return_dict=None):
+        """`labels` (B, T): target ids at masked positions, -100 elsewhere."""
+        out = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                          output_attentions, output_hidden_states)
+        logits, loss = masked_lm_logits_and_loss(self.lm_head, out.last_hidden_state, labels,
+                                                 self.config.sparse_prediction)
+        return self.finish(MaskedLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
+                                          attentions=out.attentions), return_dict)
+
+
+class XfmrBertForPreTraining(XfmrBertHeadModel):
+    """MLM + next-sentence prediction (NSP), the original BERT pretraining objective."""
+
+    add_pooling_layer = True
+    _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.lm_head = XfmrBertLMHead(config)
+        self.nsp_head = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, next_sentence_label=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None):
+        """`labels` (B, T) as for MLM; `next_sentence_label` (B,): 0 = B follows A, 1 = B is random."""
+        out = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                          output_attentions, output_hidden_states)
+        logits, loss = masked_lm_logits_and_loss(self.lm_head, out.last_hidden_state, labels,
+                                                 self.config.sparse_prediction)
+        nsp_logits = self.nsp_head(out.pooler_output)  # (B, 2)
+        if loss is not None and next_sentence_label is not None:
+            loss = loss + token_loss(nsp_logits, next_sentence_label)
+        return self.finish(XfmrBertForPreTrainingOutput(
+            loss=loss, prediction_logits=logits, seq_relationship_logits=nsp_logits,
+            hidden_states=out.hidden_states, attentions=out.attentions), return_dict)
+
+
+class XfmrBertForSequenceClassification(XfmrBertHeadModel):
+    """Pooled [CLS] -> dropout -> linear. Regression when `num_labels == 1`."""
+
+    add_pooling_layer = True
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.dropout = self.classifier_dropout()
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
+                return_dict=None):
+        out = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                          output_attentions, output_hidden_states)
+        logits = self.classifier(self.dropout(out.pooler_output))  # (B, num_labels)
+        loss = sequence_classification_loss(logits, labels, self.config) if labels is not None else None
+        return self.finish(SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
+                                                    attentions=out.attentions), return_dict)
+
+
+class XfmrBertForTokenClassification(XfmrBertHeadModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.dropout = self.classifier_dropout()
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
+                return_dict=None):
+        """`labels` (B, T): a class per token, -100 for tokens to ignore (padding, sub-words)."""
+        out = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                          output_attentions, output_hidden_states)
+        logits = self.classifier(self.dropout(out.last_hidden_state))  # (B, T, num_labels)
+        loss = token_loss(logits, labels) if labels is not None else None
+        return self.finish(TokenClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
+                                                 attentions=out.attentions), return_dict)
+
+
+class XfmrBertForQuestionAnswering(XfmrBertHeadModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, start_positions=None, end_positions=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None):
+        """`start_positions` / `end_positions` (B,): token indices of the answer span."""
+        out = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                          output_attentions, output_hidden_states)
+        logits = self.qa_outputs(out.last_hidden_state)  # (B, T, 2)
+        start_logits, end_logits = (x.squeeze(-1).contiguous() for x in logits.split(1, dim=-1))  # (B, T) each
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = span_loss(start_logits, end_logits, start_positions, end_positions)
+        return self.finish(QuestionAnsweringModelOutput(
+            loss=loss, start_logits=start_logits, end_logits=end_logits,
+            hidden_states=out.hidden_states, attentions=out.attentions), return_dict)
+
+
+class XfmrBertForMultipleChoice(XfmrBertHeadModel):
+    """Each (context, choice) pair is encoded separately; pooled [CLS] -> one score per choice."""
+
+    add_pooling_layer = True
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.dropout = self.classifier_dropout()
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
+                return_dict=None):
+        """Inputs are (B, K, T) (`inputs_embeds` (B, K, T, C)); `labels` (B,) index the right choice."""
+        source = input_ids if input_ids is not None else inputs_embeds
+        if source is None or source.dim() < 3:
+            raise ValueError("Multiple choice inputs must have shape (batch, num_choices, seq_len).")
+        num_choices = source.shape[1]
+
+        def flat(x):
+            return None if x is None else x.reshape(-1, *x.shape[2:])  # (B, K, ...) -> (B*K, ...)
+
+        out = self.encode(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(position_ids),
+                          flat(inputs_embeds), output_attentions, output_hidden_states)
+        logits = self.classifier(self.dropout(out.pooler_output)).view(-1, num_choices)  # (B, K)
+        loss = token_loss(logits, labels) if labels is not None else None
+        return self.finish(MultipleChoiceModelOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
+                                                     attentions=out.attentions), return_dict)
+
+
+__all__ = [
+    "XfmrBertPreTrainedModel",
+    "XfmrBertModel",
+    "XfmrBertForPreTraining",
+    "XfmrBertForMaskedLM",
+    "XfmrBertForSequenceClassification",
+    "XfmrBertForTokenClassification",
+    "XfmrBertForQuestionAnswering",
+    "XfmrBertForMultipleChoice",
+]

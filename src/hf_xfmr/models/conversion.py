@@ -1,0 +1,265 @@
+"""Conversion between transformers checkpoints and hf_xfmr models.
+
+Each architecture describes itself once in its `convert_<arch>.py` as a `Conversion`: which transformers
+classes match which of ours (by task), and the key renaming rules. This module holds the machinery
+that applies such a description in either direction, and the public `from_transformers` /
+`to_transformers` entry points.
+"""
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import transformers
+from transformers import PretrainedConfig, PreTrainedModel
+
+TASKS = (
+    "base",
+    "pretraining",
+    "masked-lm",
+    "causal-lm",
+    "sequence-classification",
+    "token-classification",
+    "question-answering",
+    "multiple-choice",
+)
+
+# Config fields every PreTrainedConfig carries that describe the task rather than the architecture.
+TASK_CONFIG_FIELDS = ("id2label", "label2id", "problem_type")
+
+
+def _rule_regex(template: str) -> re.Pattern:
+    """'layers.{i}.attn.' -> a regex matching that prefix and capturing the layer index."""
+    return re.compile("^" + re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)"))
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """How one transformers architecture maps onto ours.
+
+    Rules are (our key prefix, transformers key prefix) pairs; `{i}` stands for a layer index.
+    `body_rules` rename keys of the base model (relative to it); `head_rules` rename head keys of the
+    full model. `aliases` lists transformers keys that are tied copies of another transformers key
+    (e.g. BERT's `cls.predictions.bias` is `cls.predictions.decoder.bias`).
+    """
+
+    hf_model_type: str
+    hf_config_class: type
+    config_class: type
+    tasks: dict  # task -> (transformers class name, our class)
+    hf_base_prefix: str
+    body_rules: tuple
+    head_rules: tuple = ()
+    aliases: dict = field(default_factory=dict)
+    check_hf_config: Callable | None = None  # raises for features we do not implement
+    # Extra constructor arguments that mirror the source model (either side), e.g. whether a base model
+    # has a pooler. Called as base_init_kwargs(source_model) for task "base" only.
+    base_init_kwargs: Callable | None = None
+
+    def init_kwargs(self, source_model, task: str) -> dict:
+        if task != "base" or self.base_init_kwargs is None:
+            return {}
+        return self.base_init_kwargs(source_model)
+
+    # -- configs ---------------------------------------------------------------------------------
+    def _arch_fields(self, config_class) -> set:
+        base = {f.name for f in dataclasses.fields(PretrainedConfig)}
+        return {f.name for f in dataclasses.fields(config_class)} - base
+
+    def config_from_transformers(self, hf_config) -> PretrainedConfig:
+        if self.check_hf_config is not None:
+            self.check_hf_config(hf_config)
+        shared = self._arch_fields(self.config_class) & self._arch_fields(type(hf_config))
+        kwargs = {name: getattr(hf_config, name) for name in shared}
+        kwargs.update({name: getattr(hf_config, name) for name in TASK_CONFIG_FIELDS})
+        return self.config_class(**kwargs)
+
+    def config_to_transformers(self, config) -> PretrainedConfig:
+        shared = self._arch_fields(self.config_class) & self._arch_fields(self.hf_config_class)
+        kwargs = {name: getattr(config, name) for name in shared}
+        kwargs.update({name: getattr(config, name) for name in TASK_CONFIG_FIELDS})
+        return self.hf_config_class(**kwargs)
+
+    # -- state dicts -----------------------------------------------------------------------------
+    def _rename(self, key: str, rules, to_hf: bool) -> str | None:
+        for ours, theirs in rules:
+            src, dst = (ours, theirs) if to_hf else (theirs, ours)
+            match = _rule_regex(src).match(key)
+            if match:
+                prefix = dst.replace("{i}", match.group("i")) if "{i}" in dst else dst
+                return prefix + key[match.end():]
+        return None
+
+    def state_dict_to_transformers(self, state_dict: dict, task: str) -> dict:
+        out = {}
+        for key, value in state_dict.items():
+            if task == "base":
+                new = self._rename(key, self.body_rules, to_hf=True)
+            elif key.startswith("model."):
+                new = self._rename(key[len("model."):], self.body_rules, to_hf=True)
+                new = None if new is None else f"{self.hf_base_prefix}.{new}"
+            else:
+                new = self._rename(key, self.head_rules, to_hf=True)
+            if new is None:
+                raise KeyError(f"No transformers name for parameter {key!r} ({self.hf_model_type}, task {task!r}).")
+            out[new] = value
+        for alias, primary in self.aliases.items():
+            if primary in out:
+                out[alias] = out[primary]
+        return out
+
+    def state_dict_from_transformers(self, state_dict: dict, task: str) -> dict:
+        state_dict = dict(state_dict)
+        for alias, primary in self.aliases.items():
+            if alias in state_dict:
+                value = state_dict.pop(alias)
+                state_dict.setdefault(primary, value)
+        out = {}
+        prefix = f"{self.hf_base_prefix}."
+        for key, value in state_dict.items():
+            if task == "base":
+                new = self._rename(key, self.body_rules, to_hf=False)
+            elif key.startswith(prefix):
+                new = self._rename(key[len(prefix):], self.body_rules, to_hf=False)
+                new = None if new is None else f"model.{new}"
+            else:
+                new = self._rename(key, self.head_rules, to_hf=False)
+            if new is None:
+                raise KeyError(
+                    f"Unexpected parameter {key!r} in a {self.hf_model_type} checkpoint (task {task!r}); hf_xfmr "
+                    f"does not know where it belongs."
+                )
+            out[new] = value
+        return out
+
+    # -- tasks -----------------------------------------------------------------------------------
+    def task_of_hf_class(self, name: str) -> str:
+        for task, (hf_name, _) in self.tasks.items():
+            if hf_name == name:
+                return task
+        supported = ", ".join(hf for hf, _ in self.tasks.values())
+        raise ValueError(f"hf_xfmr cannot convert a {name}; supported {self.hf_model_type} classes: {supported}.")
+
+    def task_of_our_class(self, cls) -> str:
+        for task, (_, ours) in self.tasks.items():
+            if ours is cls:
+                return task
+        raise ValueError(f"{cls.__name__} has no transformers counterpart.")
+
+    def check_task(self, task: str) -> None:
+        if task not in self.tasks:
+            raise ValueError(
+                f"Unknown task {task!r} for {self.hf_model_type}; valid tasks: {', '.join(self.tasks)}."
+            )
+
+
+def conversions() -> list[Conversion]:
+    from .bert.convert_bert import CONVERSION as BERT
+    from .roberta.convert_roberta import CONVERSION as ROBERTA
+
+    return [BERT, ROBERTA]
+
+
+def _conversion_for(model_type: str, *, ours: bool) -> Conversion:
+    for conversion in conversions():
+        key = conversion.config_class.model_type if ours else conversion.hf_model_type
+        if key == model_type:
+            return conversion
+    known = ", ".join(c.config_class.model_type if ours else c.hf_model_type for c in conversions())
+    side = "hf_xfmr" if ours else "transformers"
+    raise ValueError(f"hf_xfmr cannot convert {side} model type {model_type!r}; supported: {known}.")
+
+
+def _load_state(model: PreTrainedModel, state_dict: dict) -> None:
+    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    if missing or unexpected:
+        raise RuntimeError(f"Checkpoint conversion mismatch: missing {missing}, unexpected {unexpected}.")
+
+
+def _attn_kwargs(config) -> dict:
+    implementation = getattr(config, "_attn_implementation", None)
+    return {"attn_implementation": implementation} if implementation in ("eager", "sdpa") else {}
+
+
+def _load_transformers_dir(path: Path, task: str | None) -> PreTrainedModel:
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(
+            f"{path} is not a transformers checkpoint: it has no config.json. Pass a directory written by "
+            f"`save_pretrained` (config.json + model.safetensors)."
+        )
+    model_type = json.loads(config_file.read_text()).get("model_type")
+    conversion = _conversion_for(model_type, ours=False)
+    if task is None:
+        architectures = json.loads(config_file.read_text()).get("architectures") or []
+        task = conversion.task_of_hf_class(architectures[0]) if architectures else "base"
+    conversion.check_task(task)
+    hf_class = getattr(transformers, conversion.tasks[task][0])
+    return hf_class.from_pretrained(path)
+
+
+def from_transformers(src, *, task: str | None = None) -> PreTrainedModel:
+    """The hf_xfmr equivalent of a transformers model.
+
+    Args:
+        src: a transformers model instance (e.g. `BertForMaskedLM`), or a local directory holding a
+            transformers checkpoint (config.json + safetensors weights).
+        task: which head to build ("base", "masked-lm", "sequence-classification", ...). Defaults to the
+            source's own head. For an instance, "base" extracts its encoder; for a directory any head can be
+            asked for and missing head weights are freshly initialised, as `from_pretrained` does.
+
+    Returns the hf_xfmr model, with identical weights, dtype, attention implementation and train/eval mode.
+    """
+    if isinstance(src, (str, Path)):
+        path = Path(src)
+        if not path.is_dir():
+            raise FileNotFoundError(f"{path} is not a directory; pass a transformers model or a checkpoint folder.")
+        src = _load_transformers_dir(path, task)
+    if not isinstance(src, PreTrainedModel):
+        raise TypeError(f"`src` must be a transformers PreTrainedModel or a directory, got {type(src).__name__}.")
+
+    conversion = _conversion_for(src.config.model_type, ours=False)
+    src_task = conversion.task_of_hf_class(type(src).__name__)
+    task = src_task if task is None else task
+    conversion.check_task(task)
+    if task != src_task:
+        if task != "base":
+            raise ValueError(
+                f"The source is a {type(src).__name__} (task {src_task!r}); it cannot become task {task!r}. "
+                f"Pass its checkpoint directory instead to initialise a new {task!r} head."
+            )
+        src = src.base_model
+
+    config = conversion.config_from_transformers(src.config)
+    model_class = conversion.tasks[task][1]
+    model = model_class._from_config(config, dtype=src.dtype, **_attn_kwargs(src.config),
+                                     **conversion.init_kwargs(src, task))
+    _load_state(model, conversion.state_dict_from_transformers(src.state_dict(), task))
+    return model.train(src.training)
+
+
+def to_transformers(model: PreTrainedModel) -> PreTrainedModel:
+    """The transformers equivalent of an hf_xfmr model (the inverse of `from_transformers`)."""
+    if not isinstance(model, PreTrainedModel):
+        raise TypeError(f"`model` must be an hf_xfmr model, got {type(model).__name__}.")
+    conversion = _conversion_for(model.config.model_type, ours=True)
+    task = conversion.task_of_our_class(type(model))
+    hf_config = conversion.config_to_transformers(model.config)
+    hf_class = getattr(transformers, conversion.tasks[task][0])
+    hf_model = hf_class._from_config(hf_config, dtype=model.dtype, **_attn_kwargs(model.config),
+                                     **conversion.init_kwargs(model, task))
+    _load_state(hf_model, conversion.state_dict_to_transformers(model.state_dict(), task))
+    return hf_model.train(model.training)
+
+
+def convert_state_dict(state_dict: dict[str, torch.Tensor], model_type: str, task: str, to_hf: bool) -> dict:
+    """Rename a state dict (or a dict of gradients) between the two layouts; `model_type` is ours when
+    `to_hf`, transformers' otherwise."""
+    conversion = _conversion_for(model_type, ours=to_hf)
+    if to_hf:
+        return conversion.state_dict_to_transformers(state_dict, task)
+    return conversion.state_dict_from_transformers(state_dict, task)

@@ -1,0 +1,55 @@
+"""Losses of the task heads, shared by every architecture.
+
+All follow transformers' conventions: label -100 is ignored, logits are upcast to float32, and
+`problem_type` (regression / single_label_classification / multi_label_classification) is inferred
+when the config leaves it unset. Unlike transformers we never write the inferred type back into the config.
+"""
+
+import torch
+import torch.nn.functional as F
+
+IGNORE_INDEX = -100
+
+
+def token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over positions whose label is not -100. logits (..., V), labels (...)."""
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                           ignore_index=IGNORE_INDEX)
+
+
+def sequence_classification_loss(logits: torch.Tensor, labels: torch.Tensor, config) -> torch.Tensor:
+    """logits (B, num_labels); labels (B,) class ids, (B,) or (B, num_labels) floats for regression,
+    or (B, num_labels) multi-hot floats."""
+    num_labels = logits.shape[-1]
+    problem_type = config.problem_type
+    if problem_type is None:
+        if num_labels == 1:
+            problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            problem_type = "single_label_classification"
+        else:
+            problem_type = "multi_label_classification"
+    if problem_type == "regression":
+        if num_labels == 1:
+            return F.mse_loss(logits.float().squeeze(-1), labels.float().reshape(-1))
+        return F.mse_loss(logits.float(), labels.float())
+    if problem_type == "single_label_classification":
+        return F.cross_entropy(logits.float().view(-1, num_labels), labels.view(-1))
+    if problem_type == "multi_label_classification":
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+    raise ValueError(
+        f"Unknown `problem_type`={problem_type!r}; use 'regression', 'single_label_classification' or "
+        f"'multi_label_classification'."
+    )
+
+
+def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor, start_positions: torch.Tensor,
+              end_positions: torch.Tensor) -> torch.Tensor:
+    """Extractive QA loss: mean of start and end cross-entropies. Positions outside the sequence
+    (e.g. an answer truncated away) are clamped to T and ignored."""
+    seq_len = start_logits.shape[1]
+    start = start_positions.reshape(-1).clamp(0, seq_len)
+    end = end_positions.reshape(-1).clamp(0, seq_len)
+    start_loss = F.cross_entropy(start_logits.float(), start, ignore_index=seq_len)
+    end_loss = F.cross_entropy(end_logits.float(), end, ignore_index=seq_len)
+    return (start_loss + end_loss) / 2

@@ -1,0 +1,214 @@
+"""BERT and RoBERTa against transformers, through the production converter.
+
+Every head, eager and sdpa, padded batches with token types: hidden states, logits, loss and the
+gradient of every parameter after one backward pass, at fp32 atol 1e-5.
+"""
+
+import pytest
+import torch
+import transformers
+from torch.testing import assert_close
+
+import hf_xfmr
+from hf_xfmr.models.conversion import convert_state_dict
+
+from .conftest import padded_batch, tiny_hf_config
+
+ATOL, RTOL = 1e-5, 1e-5
+
+HEADS = {
+    "bert": {
+        "base": "BertModel",
+        "pretraining": "BertForPreTraining",
+        "masked-lm": "BertForMaskedLM",
+        "sequence-classification": "BertForSequenceClassification",
+        "token-classification": "BertForTokenClassification",
+        "question-answering": "BertForQuestionAnswering",
+        "multiple-choice": "BertForMultipleChoice",
+    },
+    "roberta": {
+        "base": "RobertaModel",
+        "masked-lm": "RobertaForMaskedLM",
+        "sequence-classification": "RobertaForSequenceClassification",
+        "token-classification": "RobertaForTokenClassification",
+        "question-answering": "RobertaForQuestionAnswering",
+        "multiple-choice": "RobertaForMultipleChoice",
+    },
+}
+CASES = [(arch, task) for arch, heads in HEADS.items() for task in heads]
+
+
+def make_inputs(arch, task, seed=0):
+    ids, mask, types = padded_batch(arch, seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    inputs = dict(input_ids=ids, attention_mask=mask, token_type_ids=types)
+    batch, seq_len = ids.shape
+    if task in ("masked-lm", "pretraining"):
+        chosen = (torch.rand(ids.shape, generator=g) < 0.3) & (mask == 1)
+        chosen[0, 0] = True
+        inputs["labels"] = torch.where(chosen, ids, -100)
+        if task == "pretraining":
+            inputs["next_sentence_label"] = torch.randint(0, 2, (batch,), generator=g)
+    elif task == "sequence-classification":
+        inputs["labels"] = torch.randint(0, 3, (batch,), generator=g)
+    elif task == "token-classification":
+        inputs["labels"] = torch.randint(0, 3, (batch, seq_len), generator=g).masked_fill(mask == 0, -100)
+    elif task == "question-answering":
+        inputs["start_positions"] = torch.randint(0, 4, (batch,), generator=g)
+        inputs["end_positions"] = torch.tensor([5, 6, 30])  # the last one is out of range: ignored
+    elif task == "multiple-choice":
+        inputs = {k: torch.stack([v, v.roll(1, dims=1)], dim=1) for k, v in inputs.items()}  # (B, K=2, T)
+        inputs["labels"] = torch.randint(0, 2, (batch,), generator=g)
+    return inputs
+
+
+def build_pair(arch, task, attn, **config_overrides):
+    num_labels = 2 if task == "question-answering" else 3  # QA heads score (start, end)
+    config = tiny_hf_config(arch, num_labels=num_labels, **config_overrides)
+    ref = getattr(transformers, HEADS[arch][task])._from_config(config, attn_implementation=attn)
+    ours = hf_xfmr.from_transformers(ref)
+    assert type(ours).__name__ == "Xfmr" + HEADS[arch][task].replace("Roberta", "Roberta")
+    assert ours.config._attn_implementation == attn
+    return ref, ours
+
+
+def outputs_of(output):
+    """The tensors an output carries, by name (tuples of hidden states flattened)."""
+    named = {}
+    for key, value in output.items():
+        if isinstance(value, torch.Tensor):
+            named[key] = value
+        elif isinstance(value, tuple):
+            named.update({f"{key}.{i}": v for i, v in enumerate(value)})
+    return named
+
+
+def grads_of(model):
+    return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("arch,task", CASES)
+def test_parity_outputs_loss_and_gradients(arch, task, attn):
+    ref, ours = build_pair(arch, task, attn)
+    ref.train(), ours.train()  # dropout is 0, so training mode is deterministic and has gradients
+    inputs = make_inputs(arch, task)
+
+    ref_out = ref(**inputs, output_hidden_states=True)
+    our_out = ours(**inputs, output_hidden_states=True)
+    ref_named, our_named = outputs_of(ref_out), outputs_of(our_out)
+    assert set(ref_named) == set(our_named)
+    for key in ref_named:
+        assert_close(our_named[key], ref_named[key], atol=ATOL, rtol=RTOL, msg=lambda m: f"{key}: {m}")
+
+    if task == "base":
+        (ref_out.last_hidden_state.square().mean() + ref_out.pooler_output.sum()).backward()
+        (our_out.last_hidden_state.square().mean() + our_out.pooler_output.sum()).backward()
+    else:
+        assert ref_out.loss is not None and torch.isfinite(ref_out.loss)
+        ref_out.loss.backward()
+        our_out.loss.backward()
+    ref_grads = convert_state_dict(grads_of(ref), arch, task, to_hf=False)
+    our_grads = grads_of(ours)
+    assert set(our_grads) <= set(ref_grads) | {"lm_head.decoder.weight"}
+    assert len(our_grads) >= len(list(ours.parameters())) - 1
+    for name, grad in our_grads.items():
+        assert_close(grad, ref_grads[name], atol=ATOL, rtol=RTOL, msg=lambda m: f"grad {name}: {m}")
+
+
+@pytest.mark.parametrize("arch,task", CASES)
+def test_round_trip_ours_to_transformers_to_ours_is_exact(arch, task):
+    _, ours = build_pair(arch, task, "sdpa")
+    back = hf_xfmr.from_transformers(hf_xfmr.to_transformers(ours))
+    assert type(back) is type(ours)
+    assert back.config.to_diff_dict() == ours.config.to_diff_dict()
+    for (name, a), (_, b) in zip(ours.state_dict().items(), back.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta"])
+def test_eval_mode_padded_outputs_ignore_pad_content(arch):
+    """Changing the ids under padding must not change any non-pad output (padding is really masked)."""
+    _, ours = build_pair(arch, "base", "sdpa")
+    ours.eval()
+    ids, mask, types = padded_batch(arch)
+    noisy = torch.where(mask == 1, ids, torch.randint(3, 99, ids.shape))
+    a = ours(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+    if arch == "roberta":
+        # RoBERTa numbers positions by non-pad tokens; keep them by passing the positions explicitly.
+        positions = ours.model.embeddings.default_position_ids(ids, ids.shape[1], ids.device) if hasattr(
+            ours, "model") else ours.embeddings.default_position_ids(ids, ids.shape[1], ids.device)
+        a = ours(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
+        b = ours(input_ids=noisy, attention_mask=mask, position_ids=positions).last_hidden_state
+    else:
+        b = ours(input_ids=noisy, attention_mask=mask, token_type_ids=types).last_hidden_state
+    keep = mask.bool()
+    assert_close(a[keep], b[keep], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("problem_type,labels", [
+    ("regression", torch.tensor([0.5, -1.0, 2.0])),
+    ("multi_label_classification", torch.tensor([[1.0, 0, 1], [0, 0, 1], [1, 1, 0]])),
+])
+def test_sequence_classification_problem_types_match_reference(problem_type, labels):
+    num_labels = 1 if problem_type == "regression" else 3
+    config = tiny_hf_config("bert", num_labels=num_labels, problem_type=problem_type)
+    ref = transformers.BertForSequenceClassification(config).eval()
+    ours = hf_xfmr.from_transformers(ref)
+    ids, mask, types = padded_batch("bert")
+
+
+    a = ref(input_ids=ids, attention_mask=mask, labels=labels)
+    b = ours(input_ids=ids, attention_mask=mask, labels=labels)
+    assert_close(b.loss, a.loss, atol=ATOL, rtol=RTOL)
+    assert ours.config.problem_type == problem_type
+
+
+def test_convert_from_directory_and_pick_a_new_head(tmp_path):
+    ref = transformers.BertForMaskedLM(tiny_hf_config("bert")).eval()
+    ref.save_pretrained(tmp_path)
+    ours = hf_xfmr.from_transformers(tmp_path)
+    assert type(ours).__name__ == "XfmrBertForMaskedLM"
+    ids, mask, types = padded_batch("bert")
+    assert_close(ours(input_ids=ids, attention_mask=mask).logits, ref(input_ids=ids, attention_mask=mask).logits,
+                 atol=ATOL, rtol=RTOL)
+    classifier = hf_xfmr.from_transformers(str(tmp_path), task="sequence-classification")
+    assert type(classifier).__name__ == "XfmrBertForSequenceClassification"
+    assert torch.equal(classifier.model.embeddings.word_embeddings.weight, ref.bert.embeddings.word_embeddings.weight)
+
+
+def test_instance_head_can_be_reduced_to_base_but_not_swapped():
+    ref = transformers.BertForMaskedLM(tiny_hf_config("bert"))
+    base = hf_xfmr.from_transformers(ref, task="base")
+    assert type(base).__name__ == "XfmrBertModel"
+    with pytest.raises(ValueError, match="cannot become task 'question-answering'"):
+        hf_xfmr.from_transformers(ref, task="question-answering")
+    with pytest.raises(ValueError, match="Unknown task 'summarization'.*valid tasks"):
+        hf_xfmr.from_transformers(ref, task="summarization")
+
+
+def test_unsupported_architectures_and_inputs_raise_clear_errors(tmp_path):
+    gpt2 = transformers.GPT2Model(transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50))
+    with pytest.raises(ValueError, match="cannot convert transformers model type 'gpt2'; supported: bert"):
+        hf_xfmr.from_transformers(gpt2)
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        hf_xfmr.from_transformers(tmp_path)
+    with pytest.raises(TypeError, match="PreTrainedModel or a directory"):
+        hf_xfmr.from_transformers(42)
+    with pytest.raises(ValueError, match="decoder"):
+        hf_xfmr.from_transformers(transformers.BertModel(tiny_hf_config("bert", is_decoder=True)))
+
+
+def test_sparse_prediction_gives_the_same_loss_and_the_labelled_logits():
+    ref, ours = build_pair("bert", "masked-lm", "sdpa")
+    ours.eval()
+    inputs = make_inputs("bert", "masked-lm")
+    dense = ours(**inputs)
+    ours.config.sparse_prediction = True
+    sparse = ours(**inputs)
+    labelled = inputs["labels"] != -100
+    assert sparse.logits.shape == (int(labelled.sum()), 99)
+    assert_close(sparse.logits, dense.logits[labelled], atol=1e-6, rtol=0)
+    assert_close(sparse.loss, dense.loss, atol=1e-6, rtol=0)
+    # Without labels (inference, pipelines) the full logits come back.
+    assert ours(input_ids=inputs["input_ids"]).logits.shape == (*inputs["input_ids"].shape, 99)
