@@ -31,7 +31,8 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from ...layers.attention import eager_attention_forward
+from ...layers.attention import ATTENTION_KERNELS, eager_attention_forward
+from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
 from ...layers.masks import padding_mask
 from ...layers.mlp import MLP, get_activation
@@ -49,7 +50,7 @@ class XfmrBertEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def default_position_ids(self, input_ids, seq_len, device):
         return torch.arange(seq_len, device=device).unsqueeze(0)  # (1, T)
@@ -94,7 +95,10 @@ class XfmrBertAttention(nn.Module):
         v = self.v_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
 
         implementation = "eager" if output_attentions else self.config._attn_implementation
-        attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        # Our eager/sdpa kernels (layers/attention.py) first; any other registered kernel (flex, custom) as is.
+        attention = ATTENTION_KERNELS.get(implementation) or ALL_ATTENTION_FUNCTIONS.get_interface(
+            implementation, eager_attention_forward
+        )
         out, weights = attention(
             self, q, k, v, attention_mask,
             scaling=self.scaling, dropout=self.dropout_p if self.training else 0.0,
@@ -109,7 +113,7 @@ class XfmrBertLayer(GradientCheckpointingLayer):
     def __init__(self, config, layer_idx: int):
         super().__init__()
         self.attn = XfmrBertAttention(config, layer_idx)
-        self.attn_dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.attn_dropout = Dropout(config.hidden_dropout_prob)
         self.attn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.mlp = MLP(config.hidden_size, config.intermediate_size, config.hidden_act,
                        dropout=config.hidden_dropout_prob)
@@ -259,7 +263,7 @@ class XfmrBertHeadModel(XfmrBertPreTrainedModel):
 
     def classifier_dropout(self):
         p = self.config.classifier_dropout
-        return nn.Dropout(self.config.hidden_dropout_prob if p is None else p)
+        return Dropout(self.config.hidden_dropout_prob if p is None else p)
 
     def encode(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                output_attentions, output_hidden_states):

@@ -1,0 +1,207 @@
+"""Attention kernels: softmax(q k^T * scaling + mask) v, separate from the projections around them.
+
+The padded kernels follow the transformers 5 attention-interface signature
+`(module, query, key, value, attention_mask, scaling, dropout, **kwargs) -> (out, weights)` with
+query/key/value as (B, H, T, D) and out as (B, Tq, H, D), so a model can dispatch to ours or to
+transformers' registry the same way. `module` is only read for `.training` (dropout on or off).
+
+Masks are either bool (True = attend) or an additive float bias, broadcastable to (B, H, Tq, Tk).
+Rows with no visible key return zeros rather than NaN, with finite gradients, in every kernel.
+
+The varlen kernels work on unpadded tokens (N, H, D) described by `cu_seqlens` (see padding.py):
+`flash_varlen_attention` uses flash-attn on GPU, `varlen_attention_reference` is the pure-torch
+fallback with the same result, so unpadded models also run on CPU.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from .dropout import dropout as apply_dropout
+from .masks import block_diagonal_mask, causal_mask, combine_masks, document_ids_from_cu_seqlens
+from .masks import sliding_window_mask
+
+
+def _is_training(module):
+    """Dropout is on for a bare call (module None) and for a module in training mode."""
+    return module is None or module.training
+
+
+def _rows_with_keys(mask):
+    """Bool (..., Tq, 1): which query rows can see at least one key under `mask`.
+
+    Float masks mark hidden keys with finfo(mask.dtype).min or -inf (see to_additive_mask).
+    """
+    keep = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min
+    return keep.any(dim=-1, keepdim=True)
+
+
+def _with_causal(attention_mask, is_causal, q_len, k_len, device):
+    """AND a causal constraint into `attention_mask` (bool or float) when is_causal is set."""
+    if not is_causal:
+        return attention_mask
+    causal = causal_mask(q_len, k_len, device=device)  # (Tq, Tk)
+    if attention_mask is None or attention_mask.dtype == torch.bool:
+        return combine_masks(attention_mask, causal)
+    return attention_mask.masked_fill(~causal, torch.finfo(attention_mask.dtype).min)
+
+
+def eager_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """Attention written out in torch ops; the one kernel that can return the attention weights.
+
+    The mask and softmax are applied in float32 (a bf16/fp16 softmax loses small probabilities),
+    then the probabilities are cast back to the input dtype. Honours `is_causal=True` in kwargs,
+    like the sdpa kernel.
+    Returns (out (B, Tq, H, D), weights (B, H, Tq, Tk)).
+    """
+    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    attention_mask = _with_causal(
+        attention_mask, kwargs.get("is_causal", False), query.shape[-2], key.shape[-2], query.device
+    )
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (B, H, Tq, Tk)
+    scores = scores.float()
+    if attention_mask is not None:
+        min_value = torch.finfo(scores.dtype).min
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, min_value)
+        else:  # additive bias; clamp -inf so fully masked rows stay finite (no NaN in backward)
+            scores = scores + attention_mask.float().clamp(min=min_value)
+    probs = scores.softmax(dim=-1)
+    if attention_mask is not None:
+        probs = probs.masked_fill(~_rows_with_keys(attention_mask), 0.0)  # fully masked rows -> 0
+    probs = apply_dropout(probs, dropout, training=_is_training(module)).to(query.dtype)
+    out = torch.matmul(probs, value)  # (B, H, Tq, D)
+    return out.transpose(1, 2).contiguous(), probs  # (B, Tq, H, D)
+
+
+def sdpa_attention_forward(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, is_causal=False, **kwargs
+):
+    """torch's fused scaled_dot_product_attention behind the same signature; returns (out, None).
+
+    Causal only when asked: encoders call this too. Fully masked rows are let to attend to every
+    key and then zeroed, matching the eager kernel: torch >= 2.5 on CPU already returns zeros
+    there, but torch 2.4 and some CUDA backends return NaN, which would also poison the gradients.
+    """
+    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    dropout = dropout if _is_training(module) else 0.0
+    if dropout > 0.0 and query.device.type == "cpu":
+        # torch has no fused CPU kernel with dropout: it falls back to the same math as the eager
+        # kernel, only with a slower dropout and extra -inf bookkeeping. Ours is the same function.
+        out, _ = eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout,
+                                         is_causal=is_causal)
+        return out, None
+    rows = None
+    if attention_mask is not None:
+        attention_mask = _with_causal(attention_mask, is_causal, query.shape[-2], key.shape[-2], query.device)
+        is_causal = False
+        rows = _rows_with_keys(attention_mask)  # (..., Tq, 1)
+        if attention_mask.dtype == torch.bool:
+            attention_mask = attention_mask | ~rows
+        else:  # sdpa wants the bias in the query dtype; clamp -inf so nothing turns into NaN
+            attention_mask = attention_mask.to(query.dtype).clamp(min=torch.finfo(query.dtype).min)
+    out = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, dropout_p=dropout, is_causal=is_causal, scale=scaling
+    )  # (B, H, Tq, D)
+    if rows is not None:
+        out = out.masked_fill(~rows, 0.0)
+    return out.transpose(1, 2).contiguous(), None  # (B, Tq, H, D)
+
+
+ATTENTION_KERNELS = {"eager": eager_attention_forward, "sdpa": sdpa_attention_forward}
+
+
+def _import_flash_attn():
+    """Import flash_attn on demand: it is an optional, CUDA-only dependency."""
+    try:
+        import flash_attn
+    except ImportError as err:
+        raise ImportError(
+            "flash_attention_2 needs the `flash_attn` package, which is not installed. It runs only on "
+            "CUDA GPUs (Ampere or newer) with fp16/bf16 inputs: `pip install flash-attn "
+            "--no-build-isolation`. On CPU use attn_implementation='sdpa' or 'eager'."
+        ) from err
+    return flash_attn
+
+
+def _window_size(window):
+    """Our total-width window -> flash-attn's (left, right) reach; (-1, -1) means unlimited."""
+    return (-1, -1) if window is None else (window // 2, window // 2)
+
+
+def flash_attention_forward(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, is_causal=False, window=None,
+    **kwargs,
+):
+    """flash-attn's dense kernel behind the interface signature; returns (out, None).
+
+    flash_attn_func takes no mask: pad-free batches only (unpad and use flash_varlen_attention).
+    """
+    if attention_mask is not None:
+        raise ValueError(
+            "flash_attention_2 takes no attention_mask; unpad the batch and use flash_varlen_attention"
+        )
+    flash_attn = _import_flash_attn()
+    out = flash_attn.flash_attn_func(
+        query.transpose(1, 2),  # (B, Tq, H, D): flash-attn's layout
+        key.transpose(1, 2),
+        value.transpose(1, 2),
+        dropout_p=dropout if _is_training(module) else 0.0,
+        softmax_scale=scaling,
+        causal=is_causal,
+        window_size=_window_size(window),
+    )
+    return out, None  # (B, Tq, H, D)
+
+
+def attention_kernel(name):
+    """Kernel function for an `attn_implementation` name; flash_attention_2 checks its import now."""
+    if name == "flash_attention_2":
+        _import_flash_attn()
+        return flash_attention_forward
+    if name not in ATTENTION_KERNELS:
+        valid = ", ".join(repr(n) for n in [*ATTENTION_KERNELS, "flash_attention_2"])
+        raise ValueError(f"unknown attention implementation {name!r}; valid names are {valid}")
+    return ATTENTION_KERNELS[name]
+
+
+def flash_varlen_attention(query, key, value, cu_seqlens, max_seqlen, dropout=0.0, scaling=None, window=None):
+    """Bidirectional attention over packed unpadded tokens (N, H, D) with flash-attn -> (N, H, D).
+
+    `cu_seqlens` (B+1,) delimits the sequences; `window` is a total local-attention width as in
+    sliding_window_mask. The caller passes dropout=0 in eval (there is no module to ask).
+    """
+    flash_attn = _import_flash_attn()
+    cu_seqlens = cu_seqlens.to(torch.int32)
+    return flash_attn.flash_attn_varlen_func(
+        query,
+        key,
+        value,
+        cu_seqlens_q=cu_seqlens,
+        cu_seqlens_k=cu_seqlens,
+        max_seqlen_q=max_seqlen,
+        max_seqlen_k=max_seqlen,
+        dropout_p=dropout,
+        softmax_scale=scaling,
+        causal=False,
+        window_size=_window_size(window),
+    )
+
+
+def varlen_attention_reference(
+    query, key, value, cu_seqlens, scaling=None, window=None, dropout=0.0, training=False
+):
+    """Pure-torch `flash_varlen_attention`: one sdpa call over all N tokens with a block-diagonal mask.
+
+    Memory is O(N^2) in the packed length: meant for CPU, tests and small batches. Within one
+    document, packed index distance equals in-document distance, so the window mask applies as is.
+    Tokens past cu_seqlens[-1] attend only to themselves.
+    """
+    n = query.shape[0]
+    doc_ids = document_ids_from_cu_seqlens(cu_seqlens, n)  # (N,)
+    mask = block_diagonal_mask(doc_ids[None])  # (1, 1, N, N)
+    if window is not None:
+        mask = combine_masks(mask, sliding_window_mask(n, window, device=query.device))
+    q, k, v = (t.transpose(0, 1)[None] for t in (query, key, value))  # (1, H, N, D)
+    dropout = dropout if training else 0.0
+    out, _ = sdpa_attention_forward(None, q, k, v, mask, scaling=scaling, dropout=dropout)
+    return out[0]  # (N, H, D)
