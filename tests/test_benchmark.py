@@ -1,0 +1,210 @@
+"""The side-by-side benchmark harness: timing structure, statistics, reports, memory in a child process,
+and the registered model cases run end to end at tiny sizes."""
+
+import importlib.util
+import json
+import math
+import os
+
+import pytest
+import torch
+
+from hf_xfmr import benchmark
+from hf_xfmr.benchmark import (
+    SIDES,
+    TINY_SIZES,
+    BenchCase,
+    SideStats,
+    ToyMLP,
+    make_case,
+    measure_case,
+    peak_memory,
+    time_case,
+    to_json,
+    to_markdown,
+)
+
+MODEL_CASES = ["bert-mlm-train", "bert-mlm-train-bf16", "bert-mlm-train-dense", "bert-mlm-infer", "roberta-mlm-train"]
+HAS_BERT = importlib.util.find_spec("hf_xfmr.models.bert") is not None
+needs_bert = pytest.mark.skipif(not HAS_BERT, reason="hf_xfmr.models.bert is not importable (models not built yet)")
+
+
+def _counting_case(repeats_ours=1, repeats_ref=1, mode="train"):
+    """A toy case that keeps its two models, so tests can look at them after timing."""
+    built = {}
+
+    def build_pair():
+        ours, ref = ToyMLP(16, repeats_ours), ToyMLP(16, repeats_ref)
+        ref.load_state_dict(ours.state_dict())
+        built.update(ours=ours, ref=ref, initial=ours.proj.weight.detach().clone())
+        return ours, ref
+
+    case = BenchCase("counting", build_pair, lambda: {"x": torch.randn(4, 16)}, mode=mode)
+    return case, built
+
+
+@pytest.mark.parametrize("mode", ["train", "infer"])
+def test_time_case_interleaves_and_excludes_warmup(mode):
+    case, built = _counting_case(mode=mode)
+    result = time_case(case, repeats=4, warmup=3, threads=1)
+    assert result.order == ["ours", "ref"] * 4
+    assert len(result.ours.times_ms) == len(result.ref.times_ms) == 4
+    assert result.warmup == 3 and result.repeats == 4 and result.threads == 1
+    # every step (warm-up included) ran once per side; only the timed ones are in the statistics
+    assert built["ours"].calls == built["ref"].calls == 3 + 4
+
+
+@pytest.mark.parametrize("mode", ["train", "infer"])
+def test_time_case_restores_threads_and_steps_the_optimizer(mode):
+    case, built = _counting_case(mode=mode)
+    before = torch.get_num_threads()
+    time_case(case, repeats=2, warmup=1, threads=1)
+    assert torch.get_num_threads() == before
+    ours = built["ours"]
+    assert ours.proj.weight.grad is None  # train: zero_grad(set_to_none=True) after each step
+    changed = not torch.equal(ours.proj.weight, built["initial"])
+    assert changed is (mode == "train")
+
+
+@pytest.mark.parametrize("slow_side", ["ours", "ref"])
+def test_speed_ratio_direction(slow_side):
+    # One side applies the same Linear 8 times, the other once: no timing threshold beyond the direction.
+    repeats = {"ours_repeat": 8, "ref_repeat": 1} if slow_side == "ours" else {"ours_repeat": 1, "ref_repeat": 8}
+    case = make_case("toy-mlp", dim=256, batch=256, **repeats)
+    result = time_case(case, repeats=5, warmup=1, threads=1)
+    assert math.isfinite(result.speed_ratio) and result.speed_ratio > 0
+    assert result.speed_ratio == pytest.approx(result.ref.median_ms / result.ours.median_ms)
+    assert (result.speed_ratio < 1) if slow_side == "ours" else (result.speed_ratio > 1)
+
+
+def test_side_stats():
+    stats = SideStats.from_seconds([0.001, 0.002, 0.003, 0.004, 0.010])
+    assert stats.median_ms == pytest.approx(3.0)
+    assert (stats.min_ms, stats.max_ms) == pytest.approx((1.0, 10.0))
+    assert stats.iqr_ms == pytest.approx(4.0 - 2.0)
+    assert stats.mean_ms == pytest.approx(4.0)
+    single = SideStats.from_seconds([0.005])
+    assert single.iqr_ms == single.stdev_ms == 0.0 and single.median_ms == pytest.approx(5.0)
+
+
+def test_bench_case_validates_mode():
+    with pytest.raises(ValueError, match="mode"):
+        BenchCase("bad", lambda: None, dict, mode="eval")
+
+
+def test_make_case_unknown_name():
+    with pytest.raises(KeyError, match="unknown benchmark case 'nope'"):
+        make_case("nope")
+
+
+def test_markdown_and_json(tmp_path):
+    result = time_case(make_case("toy-mlp", dtype="bf16"), repeats=2, warmup=0, threads=1)
+    result.memory = {"ours": {"peak_mb": 50.0}, "ref": {"peak_mb": 100.0}}
+    table = to_markdown([result])
+    header = table.splitlines()[0]
+    for column in ["case", "mode", "dtype", "ours ms", "ref ms", "speed ratio", "ours peak MB", "ref peak MB", "memory ratio"]:
+        assert f" {column} " in header
+    row = table.splitlines()[2]
+    assert row.startswith("| toy-mlp | train | bf16 autocast |")
+    assert f"| {result.speed_ratio:.2f}x |" in row and row.endswith("| 50 | 100 | 2.00x |")
+    assert "ref / ours" in table  # the legend says which way the ratios go
+
+    payload = to_json([result], tmp_path / "out" / "models.json", suite="quick")
+    on_disk = json.loads((tmp_path / "out" / "models.json").read_text())
+    assert on_disk == json.loads(json.dumps(payload))
+    env = on_disk["environment"]
+    assert env["torch"] == torch.__version__
+    assert env["transformers"] and env["timestamp"] and env["threads"] == 1
+    assert on_disk["suite"] == "quick"
+    (row,) = on_disk["results"]
+    assert row["case"] == "toy-mlp" and row["memory_ratio"] == 2.0 and len(row["ours"]["times_ms"]) == 2
+    assert row["params"] == {"dtype": "bf16"}
+    assert not list((tmp_path / "out").glob("*.tmp"))
+    # rows may also be given as the dicts read back from JSON
+    assert to_markdown(on_disk["results"]) == table
+
+
+def test_markdown_without_memory():
+    result = time_case(make_case("toy-mlp"), repeats=1, warmup=0, threads=1)
+    assert to_markdown([result]).splitlines()[2].endswith("| — | — | — |")
+
+
+@pytest.mark.parametrize("process", ["forkserver", "subprocess"])
+def test_peak_memory_in_separate_processes(process):
+    # ours keeps 8 activations of 512 x 1024 floats (2 MiB each) for backward, ref keeps 2.
+    case = make_case("toy-mlp", dim=1024, batch=512, ours_repeat=4, ref_repeat=1)
+    results = {side: peak_memory(case, side, threads=1, process=process) for side in SIDES}
+    assert results["ours"].pid != os.getpid() != results["ref"].pid
+    assert results["ours"].pid != results["ref"].pid
+    for side, result in results.items():
+        assert result.side == side and result.peak_mb > 0 and result.baseline_mb > 0
+        if os.path.exists("/proc/self/clear_refs"):
+            assert result.method == "rss-hwm (clear_refs)"
+    assert results["ours"].peak_mb > results["ref"].peak_mb
+
+
+def test_peak_memory_needs_a_registered_case():
+    case, _ = _counting_case()
+    with pytest.raises(ValueError, match="make_case"):
+        peak_memory(case, "ours")
+
+
+def test_peak_memory_reports_child_errors():
+    case = make_case("toy-mlp", dim=8)
+    case.factory_kwargs = {"no_such_option": 1}
+    with pytest.raises(RuntimeError, match="no_such_option"):
+        peak_memory(case, "ref", threads=1)
+
+
+def test_suites_reference_registered_cases():
+    assert benchmark.SUITES["all"] and benchmark.SUITES["quick"]
+    for suite in benchmark.SUITES.values():
+        for name, overrides in suite:
+            assert name in benchmark.CASES
+            json.dumps(overrides)  # must travel to a child process
+    assert [name for name, _ in benchmark.SUITES["quick"]] == MODEL_CASES
+    assert all(overrides == TINY_SIZES for _, overrides in benchmark.SUITES["quick"])
+
+
+def test_headline_case_defaults():
+    # Only builds the BenchCase (cheap): sizes and flags of the headline comparison.
+    case = make_case("bert-mlm-train")
+    assert case.mode == "train" and case.autocast_dtype is None
+    assert "hidden 256, 4 layers, 4 heads, FFN 1024, vocab 30522; batch 8 x 512" in case.description
+    batch = case.make_batch()
+    assert batch["input_ids"].shape == (8, 512)
+    assert bool((batch["attention_mask"] == 1).all())
+    labelled = batch["labels"] != -100
+    assert 0.13 < labelled.float().mean().item() < 0.17
+    assert torch.equal(batch["labels"][labelled], batch["input_ids"][labelled])
+    assert torch.equal(case.make_batch()["labels"], batch["labels"])  # seeded
+    assert make_case("bert-mlm-train-bf16").autocast_dtype is torch.bfloat16
+    assert "labels" not in make_case("bert-mlm-infer", **TINY_SIZES).make_batch()
+
+
+@needs_bert
+@pytest.mark.parametrize("name", MODEL_CASES)
+def test_model_case_pairs_match(name):
+    """The two sides of each case start from identical weights: same loss / logits in eval mode."""
+    case = make_case(name, **TINY_SIZES)
+    torch.manual_seed(0)
+    ours, ref = case.build_pair()
+    assert type(ours).__name__.startswith("Xfmr") and not type(ref).__name__.startswith("Xfmr")
+    assert ours.config.sparse_prediction is (name != "bert-mlm-train-dense")
+    batch = case.make_batch()
+    ours.eval(), ref.eval()
+    with torch.no_grad():
+        out_ours, out_ref = ours(**batch), ref(**batch)
+    if "labels" in batch:
+        torch.testing.assert_close(out_ours.loss, out_ref.loss, atol=1e-5, rtol=1e-5)
+    else:
+        torch.testing.assert_close(out_ours.logits, out_ref.logits, atol=1e-5, rtol=1e-5)
+
+
+@needs_bert
+def test_quick_bert_case_end_to_end():
+    result = measure_case(make_case("bert-mlm-train", **TINY_SIZES), repeats=2, warmup=1, threads=1, memory=True)
+    assert result.case == "bert-mlm-train" and result.mode == "train" and result.dtype == "fp32"
+    assert math.isfinite(result.speed_ratio) and result.speed_ratio > 0
+    assert result.memory["ours"]["peak_mb"] >= 0 and result.memory["ref"]["peak_mb"] >= 0
+    assert "| bert-mlm-train | train | fp32 |" in to_markdown([result])

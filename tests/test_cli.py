@@ -1,0 +1,241 @@
+"""The `hf-xfmr` command: help texts, `convert` round trips and errors, `bench` end to end."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+import transformers
+
+from hf_xfmr import cli
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(94)]
+
+
+def run(argv, capsys):
+    """main(argv) -> (exit status, stdout, stderr), whether it returns or raises SystemExit."""
+    try:
+        status = cli.main(argv)
+    except SystemExit as exit_:
+        status = exit_.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.fixture
+def bert_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=37, max_position_embeddings=64,
+    )  # fmt: skip
+    model = transformers.BertForMaskedLM(config).eval()
+    path = tmp_path / "bert"
+    model.save_pretrained(path)
+    (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    (path / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+    return path, model
+
+
+def _batch():
+    g = torch.Generator().manual_seed(1)
+    input_ids = torch.randint(5, len(VOCAB), (2, 12), generator=g)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 8:] = 0
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": (input_ids % 2)}
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        ([], ["convert", "bench"]),
+        (["convert"], ["SRC", "OUT", "--to", "--task", "--overwrite", "safetensors", "tokenizer"]),
+        (["bench"], ["--cases", "--suite", "--list", "--repeats", "--warmup", "--threads", "--no-memory", "--output"]),
+    ],
+)
+def test_help(argv, expected, capsys):
+    status, out, _ = run([*argv, "--help"], capsys)
+    assert status == 0
+    for word in expected:
+        assert word in out
+    assert "usage: hf-xfmr" in out
+
+
+def test_convert_round_trip(bert_checkpoint, tmp_path, capsys):
+    src, reference = bert_checkpoint
+    ours_dir, back_dir = tmp_path / "xfmr", tmp_path / "back"
+
+    status, out, _ = run(["convert", str(src), str(ours_dir)], capsys)
+    assert status == 0, out
+    assert json.loads((ours_dir / "config.json").read_text())["model_type"] == "xfmr-bert"
+    assert (ours_dir / "model.safetensors").is_file()
+    assert (ours_dir / "vocab.txt").read_text() == (src / "vocab.txt").read_text()
+    assert (ours_dir / "tokenizer_config.json").is_file()
+    assert "copied tokenizer_config.json, vocab.txt" in out
+
+    status, out, _ = run(["convert", str(ours_dir), str(back_dir)], capsys)
+    assert status == 0, out
+    assert json.loads((back_dir / "config.json").read_text())["model_type"] == "bert"
+    assert (back_dir / "vocab.txt").is_file()
+
+    batch = _batch()
+    ours = transformers.AutoModelForMaskedLM.from_pretrained(ours_dir).eval()
+    back = transformers.BertForMaskedLM.from_pretrained(back_dir).eval()
+    assert type(ours).__name__ == "XfmrBertForMaskedLM"
+    with torch.no_grad():
+        expected = reference(**batch).logits
+        torch.testing.assert_close(ours(**batch).logits, expected, atol=1e-6, rtol=0)
+        torch.testing.assert_close(back(**batch).logits, expected, atol=1e-6, rtol=0)
+    back_state = back.state_dict()
+    for key, value in reference.state_dict().items():
+        torch.testing.assert_close(back_state[key], value, atol=0, rtol=0)
+
+
+def test_convert_task_base(bert_checkpoint, tmp_path, capsys):
+    src, reference = bert_checkpoint
+    status, out, err = run(["convert", str(src), str(tmp_path / "enc"), "--task", "base"], capsys)
+    assert status == 0, err
+    config = json.loads((tmp_path / "enc" / "config.json").read_text())
+    assert config["architectures"] == ["XfmrBertModel"]
+    encoder = transformers.AutoModel.from_pretrained(tmp_path / "enc").eval()
+    batch = _batch()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            encoder(**batch).last_hidden_state, reference.bert(**batch).last_hidden_state, atol=1e-6, rtol=0
+        )
+
+
+def _write_config(path, **config):
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing", "does not exist"),
+        ("file", "is not a directory"),
+        ("no-config", "has no config.json"),
+        ("bad-json", "is not valid JSON"),
+        ("unknown-type", "unknown model type 'not-a-model'"),
+        ("unsupported-type", "cannot convert"),
+        ("already-xfmr", "already an hf_xfmr checkpoint"),
+        ("out-not-empty", "is not empty; pass --overwrite"),
+    ],
+)
+def test_convert_errors(case, message, bert_checkpoint, tmp_path, capsys):
+    src, _ = bert_checkpoint
+    out = tmp_path / "out"
+    extra = []
+    if case == "missing":
+        src = tmp_path / "missing"
+    elif case == "file":
+        src = tmp_path / "file.bin"
+        src.write_text("x")
+    elif case == "no-config":
+        src = tmp_path / "empty"
+        src.mkdir()
+    elif case == "bad-json":
+        src = tmp_path / "bad"
+        src.mkdir()
+        (src / "config.json").write_text("{not json")
+    elif case == "unknown-type":
+        src = _write_config(tmp_path / "unknown", model_type="not-a-model")
+    elif case == "unsupported-type":
+        src = tmp_path / "t5"
+        transformers.T5Config(d_model=8, d_ff=16, num_layers=1, num_heads=1, d_kv=8, vocab_size=32).save_pretrained(src)
+    elif case == "already-xfmr":
+        src = _write_config(tmp_path / "ours", model_type="xfmr-bert", architectures=["XfmrBertForMaskedLM"])
+        extra = ["--to", "xfmr"]
+    elif case == "out-not-empty":
+        out.mkdir()
+        (out / "keep.txt").write_text("x")
+    status, _, err = run(["convert", str(src), str(out), *extra], capsys)
+    assert status == 2
+    assert "hf-xfmr convert: error:" in err and message in err
+    assert "Traceback" not in err
+
+
+def test_convert_error_from_the_console(tmp_path):
+    # The real entry point: exit status 2 and a one-line error, no traceback.
+    proc = subprocess.run(
+        [sys.executable, "-m", "hf_xfmr.cli", "convert", str(tmp_path / "missing"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == f"hf-xfmr convert: error: {tmp_path / 'missing'} does not exist"
+    assert "Traceback" not in proc.stderr
+
+
+def test_bench_list(capsys):
+    status, out, _ = run(["bench", "--list"], capsys)
+    assert status == 0
+    for name in ["bert-mlm-train", "bert-mlm-train-bf16", "bert-mlm-infer", "roberta-mlm-train", "collators"]:
+        assert name in out
+    assert "suite quick:" in out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--cases", "nope"], "unknown case(s) nope"),
+        (["--repeats", "0"], "--repeats must be >= 1"),
+        (["--suite", "quick", "--cases", "bert-mlm-train"], "not allowed with argument"),
+    ],
+)
+def test_bench_bad_input(argv, message, capsys):
+    status, _, err = run(["bench", *argv], capsys)
+    assert status == 2 and "hf-xfmr bench: error:" in err and message in err
+
+
+def test_bench_writes_results(tmp_path, capsys):
+    argv = ["bench", "--cases", "bert-mlm-train", "--tiny", "--repeats", "2", "--warmup", "0", "--threads", "1"]
+    status, out, err = run([*argv, "--output", str(tmp_path)], capsys)
+    assert status == 0, err
+    assert "| bert-mlm-train | train | fp32 |" in out
+    assert (tmp_path / "models.md").read_text() in out
+    results = json.loads((tmp_path / "models.json").read_text())
+    assert results["environment"]["threads"] == 1 and results["tiny"] is True
+    (row,) = results["results"]
+    assert row["repeats"] == 2 and row["memory"]["ours"]["peak_mb"] >= 0
+    assert row["params"]["hidden"] == 32
+
+
+def test_bench_runs_collator_benchmark_when_present(tmp_path, capsys, monkeypatch):
+    calls = []
+
+    def benchmark_collators(repeats=20, num_threads=None, batch_size=8):
+        calls.append(dict(repeats=repeats, num_threads=num_threads, batch_size=batch_size))
+        return [{"name": "mlm", "ours": 0.5, "reference": 1.0, "ratio": 2.0}]
+
+    monkeypatch.setattr(cli, "_collator_benchmark", lambda: benchmark_collators)
+    status, out, _ = run(["bench", "--cases", "collators", "--repeats", "3", "--threads", "1", "--output", str(tmp_path)], capsys)
+    assert status == 0
+    assert calls == [dict(repeats=3, num_threads=1, batch_size=8)]
+    assert "| name | ours | reference | ratio |" in out and "| mlm | 0.5 | 1 | 2 |" in out
+    assert json.loads((tmp_path / "collators.json").read_text())["results"][0]["name"] == "mlm"
+
+    monkeypatch.setattr(cli, "_collator_benchmark", lambda: None)
+    status, _, err = run(["bench", "--cases", "collators"], capsys)
+    assert status == 0 and "collator benchmark skipped" in err
+
+
+def test_adding_a_command_is_one_function(monkeypatch, capsys):
+    def _add_hello(subparsers):
+        parser = cli._add_parser(subparsers, "hello", help="say hello", description="Say hello.", func=_run_hello)
+        parser.add_argument("--name", default="world", help="who to greet")
+
+    def _run_hello(args):
+        if args.name == "":
+            raise cli.CommandError("--name must not be empty")
+        print(f"hello {args.name}")
+        return 0
+
+    monkeypatch.setattr(cli, "COMMANDS", (*cli.COMMANDS, _add_hello))
+    assert run(["hello", "--name", "bert"], capsys)[:2] == (0, "hello bert\n")
+    status, _, err = run(["hello", "--name", ""], capsys)
+    assert status == 2 and "hf-xfmr hello: error: --name must not be empty" in err
