@@ -208,3 +208,10 @@ def test_quick_bert_case_end_to_end():
     assert math.isfinite(result.speed_ratio) and result.speed_ratio > 0
     assert result.memory["ours"]["peak_mb"] >= 0 and result.memory["ref"]["peak_mb"] >= 0
     assert "| bert-mlm-train | train | fp32 |" in to_markdown([result])
+
+
+def test_profile_case_reports_both_sides():
+    tables = benchmark.profile_case(make_case("toy-mlp", dim=32), steps=1, warmup=0, threads=1, top=5)
+    assert set(tables) == set(SIDES)
+    for table in tables.values():
+        assert "aten::" in table and "Self CPU" in table

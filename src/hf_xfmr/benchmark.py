@@ -1,0 +1,879 @@
+"""Side-by-side benchmarks: an hf_xfmr model against its transformers reference.
+
+A `BenchCase` names a pair of models with identical weights ("ours", "ref") and one batch that both
+accept. `time_case` builds the pair once, runs warm-up steps on each (not timed), then alternates the
+two sides step by step (ours, ref, ours, ref, ...) so that slow drifts of the machine (thermal state,
+other processes, page cache) hit both sides alike, and reports per-side statistics of the step times
+and the speed ratio `ref median / ours median` (> 1 means ours is faster).
+
+`peak_memory` measures one side in its own child process (forked from a forkserver that has only
+imported hf_xfmr, or `python -m hf_xfmr.benchmark --memory ...`), so the two sides never share an
+allocator or its cached blocks. What it reports is the growth of the
+memory in use during ONE steady-state step over the memory held right before it (weights, optimizer
+state, batch): i.e. activations, gradients and temporaries.
+
+- CUDA: `torch.cuda.max_memory_allocated()` after `reset_peak_memory_stats()`, minus
+  `memory_allocated()` before the step.
+- CPU on Linux: the kernel's RSS high-water mark. Writing "5" to `/proc/self/clear_refs` resets
+  `VmHWM` to the current RSS; after the step `VmHWM - VmRSS(before)` is the step's peak growth.
+  The child sets glibc's mmap threshold to a fixed 128 KiB (`mallopt(M_MMAP_THRESHOLD)`) so
+  tensor-sized blocks are mmapped and returned on free: RSS then follows the live tensors instead
+  of whatever the heap kept from earlier steps (the same setting for both sides).
+- Elsewhere (no `/proc`, or `clear_refs` not writable): `resource.getrusage(...).ru_maxrss` growth
+  across the step. This is a lower bound, since a higher earlier peak (model construction) hides
+  the step's; the method used is recorded with every measurement.
+
+Cases are built by name from the `CASES` registry (a child process can only rebuild a case by name).
+Case factories take JSON-friendly keyword overrides (sizes, dtype names), so tests and the quick suite
+reuse the headline cases at tiny sizes.
+"""
+
+import argparse
+import contextlib
+import datetime
+import gc
+import importlib
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+Batch = dict[str, torch.Tensor]
+SIDES = ("ours", "ref")
+MODES = ("train", "infer")
+DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+# ----------------------------------------------------------------------------------------------
+# Cases and the registry
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BenchCase:
+    """One side-by-side comparison.
+
+    Attributes:
+        name: short identifier shown in tables (usually the registry key).
+        build_pair: returns `(ours, ref)`, two models with identical weights.
+        make_batch: returns the keyword inputs given to both models (the same tensors).
+        mode: "train" (forward + backward + AdamW step, one optimizer per model created once) or
+            "infer" (forward under `torch.inference_mode`).
+        autocast_dtype: run the forward (and loss) under `torch.autocast(device, dtype)`; None = off.
+        device: "cpu" or "cuda".
+        lr: AdamW learning rate in train mode (small: the point is the cost of the step).
+        loss_fn: maps a model output to the scalar to backpropagate; default `output.loss`, or the
+            mean square of a plain tensor output.
+        description: one line saying what is compared (sizes, flags).
+        factory / factory_kwargs: registry key and overrides that rebuild this case in another
+            process; filled in by `make_case`.
+        factory_module: module to import in the child so that `factory` is registered.
+    """
+
+    name: str
+    build_pair: Callable[[], tuple[nn.Module, nn.Module]]
+    make_batch: Callable[[], Batch]
+    mode: str = "train"
+    autocast_dtype: torch.dtype | None = None
+    device: str = "cpu"
+    lr: float = 1e-5
+    loss_fn: Callable[[Any], torch.Tensor] | None = None
+    description: str = ""
+    factory: str | None = None
+    factory_kwargs: dict[str, Any] = field(default_factory=dict)
+    factory_module: str | None = None
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"BenchCase {self.name!r}: mode must be one of {MODES}, got {self.mode!r}")
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"BenchCase {self.name!r}: device must be 'cpu' or 'cuda', got {self.device!r}")
+
+    @property
+    def dtype_label(self) -> str:
+        if self.autocast_dtype is None:
+            return "fp32"
+        short = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.autocast_dtype, str(self.autocast_dtype))
+        return f"{short} autocast"
+
+
+CaseFactory = Callable[..., BenchCase]
+CASES: dict[str, CaseFactory] = {}
+
+
+def register_case(name: str) -> Callable[[CaseFactory], CaseFactory]:
+    """Decorator: register `factory(**overrides) -> BenchCase` under `name`."""
+
+    def decorator(factory: CaseFactory) -> CaseFactory:
+        if name in CASES:
+            raise ValueError(f"benchmark case {name!r} is already registered")
+        CASES[name] = factory
+        return factory
+
+    return decorator
+
+
+def make_case(name: str, **overrides: Any) -> BenchCase:
+    """Build the registered case `name`; `overrides` (JSON-friendly) go to its factory."""
+    if name not in CASES:
+        known = ", ".join(sorted(CASES))
+        raise KeyError(f"unknown benchmark case {name!r}; known cases: {known}")
+    factory = CASES[name]
+    case = factory(**overrides)
+    case.factory = name
+    case.factory_kwargs = dict(overrides)
+    case.factory_module = factory.__module__
+    return case
+
+
+# ----------------------------------------------------------------------------------------------
+# Running one side
+# ----------------------------------------------------------------------------------------------
+
+
+def _default_loss(output: Any) -> torch.Tensor:
+    loss = getattr(output, "loss", None)
+    if loss is not None:
+        return loss
+    if isinstance(output, torch.Tensor):
+        return output.float().pow(2).mean()
+    raise TypeError(
+        f"cannot derive a loss from a {type(output).__name__}: give the model labels "
+        "or set BenchCase.loss_fn"
+    )
+
+
+def _move(batch: Batch, device: str) -> Batch:
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+class _SideRunner:
+    """A model with its optimizer and a `step()` that runs one train or inference step."""
+
+    def __init__(self, model: nn.Module, case: BenchCase, batch: Batch):
+        self.model = model.to(case.device)
+        self.model.train(case.mode == "train")
+        self.case = case
+        self.batch = batch
+        self.loss_fn = case.loss_fn or _default_loss
+        self.optimizer = (
+            torch.optim.AdamW(self.model.parameters(), lr=case.lr) if case.mode == "train" else None
+        )
+
+    def _autocast(self):
+        if self.case.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.case.device, dtype=self.case.autocast_dtype)
+
+    def step(self) -> None:
+        if self.optimizer is None:
+            with torch.inference_mode(), self._autocast():
+                self.model(**self.batch)
+        else:
+            with self._autocast():
+                loss = self.loss_fn(self.model(**self.batch))
+            loss.backward()
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        _sync(self.case.device)
+
+
+@contextlib.contextmanager
+def _num_threads(threads: int | None):
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads or previous)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _build_runners(case: BenchCase, seed: int, sides=SIDES) -> dict[str, _SideRunner]:
+    torch.manual_seed(seed)
+    ours, ref = case.build_pair()
+    models = {"ours": ours, "ref": ref}
+    for side in SIDES:
+        if side not in sides:
+            models.pop(side)
+    del ours, ref
+    gc.collect()
+    torch.manual_seed(seed + 1)
+    batch = _move(case.make_batch(), case.device)
+    return {side: _SideRunner(models[side], case, batch) for side in sides}
+
+
+# ----------------------------------------------------------------------------------------------
+# Timing
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SideStats:
+    """Step-time statistics of one side, in milliseconds."""
+
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    mean_ms: float
+    stdev_ms: float
+    iqr_ms: float
+    times_ms: list[float]
+
+    @classmethod
+    def from_seconds(cls, times: list[float]) -> "SideStats":
+        ms = [t * 1e3 for t in times]
+        if len(ms) >= 2:
+            q1, _, q3 = statistics.quantiles(ms, n=4, method="inclusive")
+            stdev = statistics.stdev(ms)
+        else:
+            q1 = q3 = stdev = 0.0
+        return cls(
+            median_ms=statistics.median(ms),
+            min_ms=min(ms),
+            max_ms=max(ms),
+            mean_ms=statistics.fmean(ms),
+            stdev_ms=stdev,
+            iqr_ms=q3 - q1,
+            times_ms=ms,
+        )
+
+
+@dataclass
+class CaseResult:
+    """Timing (and optionally memory) of one case; `as_dict()` is the JSON row."""
+
+    case: str
+    mode: str
+    dtype: str
+    device: str
+    threads: int
+    repeats: int
+    warmup: int
+    ours: SideStats
+    ref: SideStats
+    speed_ratio: float
+    order: list[str]
+    description: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, dict[str, Any]] | None = None
+
+    @property
+    def memory_ratio(self) -> float | None:
+        if not self.memory:
+            return None
+        ours, ref = self.memory["ours"]["peak_mb"], self.memory["ref"]["peak_mb"]
+        return ref / ours if ours > 0 else None  # below the RSS page granularity: undefined
+
+    def as_dict(self) -> dict[str, Any]:
+        row = asdict(self)
+        row["memory_ratio"] = self.memory_ratio
+        return row
+
+
+def time_case(
+    case: BenchCase,
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+    threads: int | None = None,
+    seed: int = 0,
+    progress: bool = False,
+) -> CaseResult:
+    """Time `case`: build both sides once, `warmup` untimed steps each, then `repeats` timed steps
+    each, interleaved ours, ref, ours, ref, ... Each step is timed alone with `time.perf_counter`
+    (CUDA is synchronized inside the step). `threads` defaults to `torch.get_num_threads()`."""
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    with _num_threads(threads) as n_threads:
+        runners = _build_runners(case, seed)
+        for _ in range(warmup):
+            for side in SIDES:
+                runners[side].step()
+        times: dict[str, list[float]] = {side: [] for side in SIDES}
+        order: list[str] = []
+        steps = _progress(range(repeats), enabled=progress, desc=f"{case.name} ({case.dtype_label})", unit="pair")
+        for _ in steps:
+            for side in SIDES:
+                start = time.perf_counter()
+                runners[side].step()
+                times[side].append(time.perf_counter() - start)
+                order.append(side)
+        del runners
+        gc.collect()
+    ours, ref = SideStats.from_seconds(times["ours"]), SideStats.from_seconds(times["ref"])
+    return CaseResult(
+        case=case.name,
+        mode=case.mode,
+        dtype=case.dtype_label,
+        device=case.device,
+        threads=n_threads,
+        repeats=repeats,
+        warmup=warmup,
+        ours=ours,
+        ref=ref,
+        speed_ratio=ref.median_ms / ours.median_ms if ours.median_ms > 0 else math.inf,
+        order=order,
+        description=case.description,
+        params=dict(case.factory_kwargs),
+    )
+
+
+def _progress(iterable, *, enabled: bool, **kwargs):
+    if not enabled:
+        return iterable
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, file=sys.stderr, leave=False, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------
+# Memory (measured in a child process)
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MemoryResult:
+    """Peak memory growth of one step of one side, in MiB, and how it was measured."""
+
+    side: str
+    peak_mb: float
+    baseline_mb: float
+    method: str
+    pid: int = field(default_factory=os.getpid)  # the process that measured
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _proc_status_kb(field_name: str) -> int | None:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _reset_hwm() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return _proc_status_kb("VmHWM") is not None
+
+
+def _maxrss_kb() -> int:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss // 1024 if sys.platform == "darwin" else rss  # bytes on macOS, KiB on Linux
+
+
+def measure_memory_here(case: BenchCase, side: str, *, warmup: int = 1, seed: int = 0) -> MemoryResult:
+    """Measure `side` of `case` in THIS process (call it in a fresh process: see `peak_memory`)."""
+    if side not in SIDES:
+        raise ValueError(f"side must be one of {SIDES}, got {side!r}")
+    runner = _build_runners(case, seed, sides=(side,))[side]
+    for _ in range(max(warmup, 1)):  # the first step allocates optimizer state and lazy caches
+        runner.step()
+    gc.collect()
+    if case.device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        runner.step()
+        peak = torch.cuda.max_memory_allocated()
+        return MemoryResult(side, (peak - before) / 2**20, before / 2**20, "cuda.max_memory_allocated")
+    if _reset_hwm():
+        before_kb = _proc_status_kb("VmRSS")
+        runner.step()
+        peak_kb = _proc_status_kb("VmHWM")
+        return MemoryResult(side, (peak_kb - before_kb) / 1024, before_kb / 1024, "rss-hwm (clear_refs)")
+    before_kb = _proc_status_kb("VmRSS") or _maxrss_kb()
+    runner.step()
+    return MemoryResult(side, max(_maxrss_kb() - before_kb, 0) / 1024, before_kb / 1024, "ru_maxrss (lower bound)")
+
+
+def _limit_malloc_caching() -> None:
+    """glibc: serve blocks >= 128 KiB with mmap and never raise that threshold, so freed tensors go
+    back to the OS and RSS follows the live tensors (see the module docstring)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD; a fixed value also disables its dynamic growth
+    except (OSError, AttributeError):
+        pass  # not glibc: measure with the allocator as it is
+
+
+def _memory_child(conn, factory: str, kwargs: dict, module: str | None, side: str, threads, warmup, seed) -> None:
+    """Body of the child process of `peak_memory`: rebuild the case by name, measure, send the result."""
+    try:
+        _limit_malloc_caching()
+        if module:
+            importlib.import_module(module)
+        torch.set_num_threads(threads)
+        case = make_case(factory, **kwargs)
+        conn.send(("ok", measure_memory_here(case, side, warmup=warmup, seed=seed).as_dict()))
+    except BaseException:  # report anything (even SystemExit) to the parent instead of dying silently
+        import traceback
+
+        conn.send(("error", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+_FORKSERVER_PRELOAD = ["hf_xfmr", "hf_xfmr.benchmark"]
+
+
+def peak_memory(
+    case: BenchCase,
+    side: str,
+    *,
+    threads: int | None = None,
+    warmup: int = 1,
+    seed: int = 0,
+    timeout: float | None = 900,
+    process: str = "forkserver",
+) -> MemoryResult:
+    """Peak memory growth of one step of `side` ("ours" or "ref"), measured in its own process.
+
+    The child rebuilds the case from the registry (`case.factory`, `case.factory_kwargs`), so `case`
+    must come from `make_case`. `process="forkserver"` forks each child from a server process that has
+    imported hf_xfmr once and never built a model (fast: importing hf_xfmr takes seconds);
+    `process="subprocess"` starts `python -m hf_xfmr.benchmark --memory ...` instead."""
+    if side not in SIDES:
+        raise ValueError(f"side must be one of {SIDES}, got {side!r}")
+    if case.factory is None:
+        raise ValueError(
+            f"case {case.name!r} was not built by make_case(): a child process can only rebuild "
+            "registered cases (register a factory with @register_case and use make_case)"
+        )
+    threads = threads or torch.get_num_threads()
+    module = case.factory_module if case.factory_module != __name__ else None
+    if process == "subprocess":
+        return _peak_memory_subprocess(case, side, module, threads, warmup, seed, timeout)
+    if process != "forkserver":
+        raise ValueError(f"process must be 'forkserver' or 'subprocess', got {process!r}")
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(_FORKSERVER_PRELOAD + ([module] if module else []))
+    parent_conn, child_conn = ctx.Pipe(duplex=False)
+    child = ctx.Process(
+        target=_memory_child,
+        args=(child_conn, case.factory, case.factory_kwargs, module, side, threads, warmup, seed),
+        name=f"hf-xfmr-memory-{case.name}-{side}",
+    )
+    child.start()
+    child_conn.close()
+    try:
+        if not parent_conn.poll(timeout):
+            raise TimeoutError(f"memory measurement of {case.name}/{side} took longer than {timeout} s")
+        status, payload = parent_conn.recv()
+    except EOFError:
+        status, payload = "error", f"the child process died (exit code {child.join(5) or child.exitcode})"
+    finally:
+        if child.is_alive():
+            child.join(10)
+        if child.is_alive():
+            child.kill()
+            child.join()
+        parent_conn.close()
+    if status != "ok":
+        raise RuntimeError(f"memory measurement of {case.name}/{side} failed:\n{payload}")
+    return MemoryResult(**payload)
+
+
+def _peak_memory_subprocess(case, side, module, threads, warmup, seed, timeout) -> MemoryResult:
+    cmd = [
+        sys.executable, "-m", "hf_xfmr.benchmark", "--memory", case.factory,
+        "--side", side,
+        "--kwargs", json.dumps(case.factory_kwargs),
+        "--threads", str(threads),
+        "--warmup", str(warmup),
+        "--seed", str(seed),
+    ]  # fmt: skip
+    if module:
+        cmd += ["--import", module]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-20:])
+        raise RuntimeError(f"memory measurement of {case.name}/{side} failed (exit {proc.returncode}):\n{tail}")
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"memory measurement of {case.name}/{side} printed no result:\n{proc.stdout[-2000:]}")
+    return MemoryResult(**json.loads(lines[-1]))
+
+
+def measure_case(
+    case: BenchCase,
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+    threads: int | None = None,
+    seed: int = 0,
+    memory: bool = True,
+    progress: bool = False,
+) -> CaseResult:
+    """`time_case` plus, if `memory`, `peak_memory` of both sides (two child processes)."""
+    result = time_case(case, repeats=repeats, warmup=warmup, threads=threads, seed=seed, progress=progress)
+    if memory:
+        result.memory = {
+            side: peak_memory(case, side, threads=result.threads, seed=seed).as_dict() for side in SIDES
+        }
+    return result
+
+
+def profile_case(
+    case: BenchCase,
+    *,
+    sides=SIDES,
+    steps: int = 1,
+    warmup: int = 1,
+    threads: int | None = None,
+    top: int = 15,
+    seed: int = 0,
+    sort_by: str = "self_cpu_time_total",
+) -> dict[str, str]:
+    """`torch.profiler` tables (top `top` ops by `sort_by`) of `steps` steps of each side, after
+    `warmup` steps: where the time of each side goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if case.device == "cuda" else [])
+    tables = {}
+    with _num_threads(threads):
+        runners = _build_runners(case, seed, sides=tuple(sides))
+        for side, runner in runners.items():
+            for _ in range(warmup):
+                runner.step()
+            with profile(activities=activities) as prof:
+                for _ in range(steps):
+                    runner.step()
+            tables[side] = prof.key_averages().table(sort_by=sort_by, row_limit=top)
+    return tables
+
+
+# ----------------------------------------------------------------------------------------------
+# Reports
+# ----------------------------------------------------------------------------------------------
+
+
+def _as_row(row: CaseResult | dict[str, Any]) -> dict[str, Any]:
+    return row.as_dict() if isinstance(row, CaseResult) else row
+
+
+def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "inf"
+    return f"{value:{spec}}{suffix}"
+
+
+def _fmt_mb(value: float | None) -> str:
+    return _fmt(value, ".0f" if value is not None and abs(value) >= 10 else ".1f")
+
+
+def to_markdown(rows: list[CaseResult | dict[str, Any]]) -> str:
+    """A markdown table of results, with a legend line under it."""
+    header = (
+        "| case | mode | dtype | ours ms | ref ms | speed ratio | ours peak MB | ref peak MB | memory ratio |\n"
+        "|---|---|---|---:|---:|---:|---:|---:|---:|"
+    )
+    lines = [header]
+    for row in map(_as_row, rows):
+        mem = row.get("memory") or {}
+        ours_mb = mem.get("ours", {}).get("peak_mb")
+        ref_mb = mem.get("ref", {}).get("peak_mb")
+        lines.append(
+            f"| {row['case']} | {row['mode']} | {row['dtype']} "
+            f"| {_fmt(row['ours']['median_ms'], '.1f')} | {_fmt(row['ref']['median_ms'], '.1f')} "
+            f"| {_fmt(row['speed_ratio'], '.2f', 'x')} "
+            f"| {_fmt_mb(ours_mb)} | {_fmt_mb(ref_mb)} | {_fmt(row.get('memory_ratio'), '.2f', 'x')} |"
+        )
+    legend = (
+        "\nms: median step time (train = forward + backward + AdamW step). "
+        "speed ratio = ref / ours median (> 1: ours faster). "
+        "peak MB: memory growth during one step, each side in its own process. "
+        "memory ratio = ref / ours peak (> 1: ours uses less)."
+    )
+    return "\n".join(lines) + "\n" + legend + "\n"
+
+
+def environment() -> dict[str, Any]:
+    """Versions and machine facts recorded with every result file."""
+    import transformers
+
+    from hf_xfmr import __version__
+
+    info: dict[str, Any] = {
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "hf_xfmr": __version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
+    if hasattr(os, "getloadavg"):  # other processes on the machine make timings noisy: record it
+        info["loadavg_1m"] = round(os.getloadavg()[0], 2)
+    if torch.cuda.is_available():
+        info["cuda_device"] = torch.cuda.get_device_name()
+    return info
+
+
+def to_json(rows: list[CaseResult | dict[str, Any]], path: str | os.PathLike, **extra: Any) -> dict[str, Any]:
+    """Write `{"environment": ..., "results": [...]}` to `path` (atomically) and return it.
+    `threads` in the environment is the thread count the rows were measured with."""
+    rows = [_as_row(row) for row in rows]
+    env = environment()
+    threads = sorted({row["threads"] for row in rows if "threads" in row})
+    if threads:
+        env["threads"] = threads[0] if len(threads) == 1 else threads
+    payload = {"environment": env, **extra, "results": rows}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    tmp.replace(path)
+    return payload
+
+
+# ----------------------------------------------------------------------------------------------
+# Cases: toy modules (harness self-checks)
+# ----------------------------------------------------------------------------------------------
+
+
+class ToyMLP(nn.Module):
+    """`x -> tanh(proj(x))` applied `repeat` times with one shared Linear; counts its calls."""
+
+    def __init__(self, dim: int, repeat: int = 1):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.repeat = repeat
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        for _ in range(self.repeat):
+            x = torch.tanh(self.proj(x))
+        return x
+
+
+@register_case("toy-mlp")
+def toy_mlp_case(
+    *, dim: int = 64, batch: int = 32, ours_repeat: int = 1, ref_repeat: int = 1, mode: str = "train", dtype: str = "fp32"
+) -> BenchCase:
+    """Two copies of one ToyMLP; `ours_repeat` / `ref_repeat` make one side do more work."""
+
+    def build_pair():
+        ours = ToyMLP(dim, ours_repeat)
+        ref = ToyMLP(dim, ref_repeat)
+        ref.load_state_dict(ours.state_dict())
+        return ours, ref
+
+    return BenchCase(
+        name="toy-mlp",
+        build_pair=build_pair,
+        make_batch=lambda: {"x": torch.randn(batch, dim)},
+        mode=mode,
+        autocast_dtype=_dtype(dtype),
+        description=f"ToyMLP dim {dim}, batch {batch}, repeats ours {ours_repeat} / ref {ref_repeat}",
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Cases: masked language models
+# ----------------------------------------------------------------------------------------------
+
+
+def _dtype(name: str) -> torch.dtype | None:
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {name!r}")
+    return DTYPES[name]
+
+
+# Headline size: a BERT-mini-like encoder with the full BERT vocabulary, so the MLM head matters.
+MLM_SIZES = dict(hidden=256, layers=4, heads=4, ffn=1024, vocab=30522, max_positions=512, batch=8, seq=512)
+# The quick suite (and tests): the same cases, small enough to run in well under a second.
+TINY_SIZES = dict(hidden=32, layers=2, heads=2, ffn=64, vocab=512, max_positions=64, batch=2, seq=32)
+
+
+def _mlm_case(
+    name: str,
+    arch: str,
+    *,
+    mode: str = "train",
+    dtype: str = "fp32",
+    sparse_prediction: bool = True,
+    hidden: int = MLM_SIZES["hidden"],
+    layers: int = MLM_SIZES["layers"],
+    heads: int = MLM_SIZES["heads"],
+    ffn: int = MLM_SIZES["ffn"],
+    vocab: int = MLM_SIZES["vocab"],
+    max_positions: int = MLM_SIZES["max_positions"],
+    batch: int = MLM_SIZES["batch"],
+    seq: int = MLM_SIZES["seq"],
+    mask_prob: float = 0.15,
+    device: str = "cpu",
+    seed: int = 0,
+) -> BenchCase:
+    """Reference `<Arch>ForMaskedLM(config)` with random weights; ours converted from it by
+    `hf_xfmr.from_transformers(ref, task="masked-lm")`. Batch: random ids (special ids excluded),
+    attention mask all ones, and in train mode labels on `mask_prob` of the positions (seeded)."""
+    import transformers
+
+    first_id = 5  # skip [PAD]/<s>/</s>/... so RoBERTa's position ids (derived from padding) are all real
+    if vocab <= first_id:
+        raise ValueError(f"vocab must be > {first_id}, got {vocab}")
+    sizes = dict(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=ffn,
+    )
+    if arch == "bert":
+        config_cls, model_cls = transformers.BertConfig, transformers.BertForMaskedLM
+        sizes["max_position_embeddings"] = max_positions
+    elif arch == "roberta":
+        config_cls, model_cls = transformers.RobertaConfig, transformers.RobertaForMaskedLM
+        sizes["max_position_embeddings"] = max_positions + 2  # RoBERTa offsets positions by pad_token_id + 1
+    else:
+        raise ValueError(f"unknown arch {arch!r}")
+    if seq > max_positions:
+        raise ValueError(f"seq ({seq}) must be <= max_positions ({max_positions})")
+
+    def build_pair():
+        import hf_xfmr
+
+        ref = model_cls(config_cls(**sizes))
+        ours = hf_xfmr.from_transformers(ref, task="masked-lm")
+        ours.config.sparse_prediction = sparse_prediction
+        return ours, ref
+
+    def make_batch():
+        g = torch.Generator().manual_seed(seed)
+        input_ids = torch.randint(first_id, vocab, (batch, seq), generator=g)
+        out = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+        if mode == "train":
+            targets = torch.rand(batch, seq, generator=g) < mask_prob
+            out["labels"] = torch.where(targets, input_ids, torch.full_like(input_ids, -100))
+        return out
+
+    return BenchCase(
+        name=name,
+        build_pair=build_pair,
+        make_batch=make_batch,
+        mode=mode,
+        autocast_dtype=_dtype(dtype),
+        device=device,
+        description=(
+            f"{model_cls.__name__} hidden {hidden}, {layers} layers, {heads} heads, FFN {ffn}, vocab {vocab}; "
+            f"batch {batch} x {seq}; ours sparse_prediction={sparse_prediction}"
+        ),
+    )
+
+
+@register_case("bert-mlm-train")
+def bert_mlm_train(**kw) -> BenchCase:
+    """Headline: BERT MLM training step (fp32), ours with sparse prediction."""
+    return _mlm_case("bert-mlm-train", "bert", **{"mode": "train", **kw})
+
+
+@register_case("bert-mlm-train-bf16")
+def bert_mlm_train_bf16(**kw) -> BenchCase:
+    """BERT MLM training step under bf16 autocast."""
+    return _mlm_case("bert-mlm-train-bf16", "bert", **{"mode": "train", "dtype": "bf16", **kw})
+
+
+@register_case("bert-mlm-train-dense")
+def bert_mlm_train_dense(**kw) -> BenchCase:
+    """BERT MLM training step with ours' sparse prediction OFF: isolates the encoder's speed."""
+    return _mlm_case("bert-mlm-train-dense", "bert", **{"mode": "train", "sparse_prediction": False, **kw})
+
+
+@register_case("bert-mlm-infer")
+def bert_mlm_infer(**kw) -> BenchCase:
+    """BERT MLM forward under inference_mode, no labels (full logits on both sides)."""
+    return _mlm_case("bert-mlm-infer", "bert", **{"mode": "infer", **kw})
+
+
+@register_case("roberta-mlm-train")
+def roberta_mlm_train(**kw) -> BenchCase:
+    """RoBERTa MLM training step (fp32), ours with sparse prediction."""
+    return _mlm_case("roberta-mlm-train", "roberta", **{"mode": "train", **kw})
+
+
+# Named suites: (case name, overrides). "quick" reuses the model cases at TINY_SIZES.
+MODEL_SUITE = ["bert-mlm-train", "bert-mlm-train-bf16", "bert-mlm-train-dense", "bert-mlm-infer", "roberta-mlm-train"]
+SUITES: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "all": [(name, {}) for name in MODEL_SUITE],
+    "quick": [(name, dict(TINY_SIZES)) for name in MODEL_SUITE],
+}
+
+
+def case_summary(name: str) -> str:
+    """First line of a registered factory's docstring."""
+    doc = (CASES[name].__doc__ or "").strip()
+    return doc.splitlines()[0] if doc else ""
+
+
+# ----------------------------------------------------------------------------------------------
+# Child-process entry point: python -m hf_xfmr.benchmark --memory CASE --side ours|ref
+# ----------------------------------------------------------------------------------------------
+
+
+def _child_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m hf_xfmr.benchmark",
+        description="Measure one side of a registered benchmark case in this process and print "
+        "one JSON line (used by hf_xfmr.benchmark.peak_memory; prefer `hf-xfmr bench`).",
+    )
+    parser.add_argument("--memory", metavar="CASE", required=True, help="registered case name")
+    parser.add_argument("--side", choices=SIDES, required=True)
+    parser.add_argument("--kwargs", default="{}", help="JSON object of factory overrides")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--import", dest="imports", action="append", default=[],
+                        help="module to import first (registers out-of-tree cases)")  # fmt: skip
+    args = parser.parse_args(argv)
+    _limit_malloc_caching()
+    for module in args.imports:
+        importlib.import_module(module)
+    case = make_case(args.memory, **json.loads(args.kwargs))
+    with _num_threads(args.threads):
+        result = measure_memory_here(case, args.side, warmup=args.warmup, seed=args.seed)
+    print(json.dumps(result.as_dict()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    # Re-import under the package name so that cases registered by other modules (which import
+    # `hf_xfmr.benchmark`, not `__main__`) land in the same CASES registry.
+    from hf_xfmr.benchmark import _child_main as main
+
+    sys.exit(main())

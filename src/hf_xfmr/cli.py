@@ -1,0 +1,401 @@
+"""The `hf-xfmr` command.
+
+Each subcommand is one `_add_<name>(subparsers)` function that declares its arguments and sets
+`func` (what runs it); `COMMANDS` lists them. Adding a command = one function + one line in `COMMANDS`.
+
+A command reports bad input by raising `CommandError`; `main` prints it argparse-style
+(`hf-xfmr <command>: error: ...`) and exits with status 2, without a traceback.
+"""
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+PROG = "hf-xfmr"
+
+
+class CommandError(Exception):
+    """Bad input to a command: printed as `hf-xfmr <command>: error: <message>`, exit status 2."""
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the hand-made line breaks of descriptions and epilogs (defaults are stated in each help)."""
+
+
+def _add_parser(subparsers, name: str, *, help: str, description: str, epilog: str = "", func: Callable):
+    parser = subparsers.add_parser(
+        name, help=help, description=description, epilog=epilog, formatter_class=_HelpFormatter
+    )
+    parser.set_defaults(func=func, command_parser=parser)
+    return parser
+
+
+# ----------------------------------------------------------------------------------------------
+# hf-xfmr convert
+# ----------------------------------------------------------------------------------------------
+
+# Task name -> the transformers Auto class that loads an hf_xfmr checkpoint of that task.
+_AUTO_CLASS_BY_TASK = {
+    "base": "AutoModel",
+    "pretraining": "AutoModelForPreTraining",
+    "masked-lm": "AutoModelForMaskedLM",
+    "causal-lm": "AutoModelForCausalLM",
+    "sequence-classification": "AutoModelForSequenceClassification",
+    "token-classification": "AutoModelForTokenClassification",
+    "question-answering": "AutoModelForQuestionAnswering",
+    "multiple-choice": "AutoModelForMultipleChoice",
+}
+# Class-name suffix (of config.json "architectures") -> task; longest suffix wins.
+_TASK_BY_SUFFIX = {
+    "Model": "base",
+    "ForPreTraining": "pretraining",
+    "ForMaskedLM": "masked-lm",
+    "ForCausalLM": "causal-lm",
+    "LMHeadModel": "causal-lm",
+    "ForSequenceClassification": "sequence-classification",
+    "ForTokenClassification": "token-classification",
+    "ForQuestionAnswering": "question-answering",
+    "ForMultipleChoice": "multiple-choice",
+}
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer.model",
+    "chat_template.jinja",
+)
+
+
+def _task_from_architectures(architectures: list[str]) -> str:
+    if not architectures:
+        return "base"
+    name = architectures[0]
+    for suffix in sorted(_TASK_BY_SUFFIX, key=len, reverse=True):
+        if name.endswith(suffix):
+            return _TASK_BY_SUFFIX[suffix]
+    raise CommandError(f"cannot tell the task of architecture {name!r}; pass --task")
+
+
+def _read_config(src: Path) -> dict[str, Any]:
+    if not src.exists():
+        raise CommandError(f"{src} does not exist")
+    if not src.is_dir():
+        raise CommandError(f"{src} is not a directory (expected a checkpoint folder with config.json)")
+    config_file = src / "config.json"
+    if not config_file.is_file():
+        raise CommandError(f"{src} has no config.json: it is not a saved transformers or hf_xfmr checkpoint")
+    try:
+        config = json.loads(config_file.read_text())
+    except json.JSONDecodeError as err:
+        raise CommandError(f"{config_file} is not valid JSON: {err}") from None
+    if not isinstance(config, dict) or not config.get("model_type"):
+        raise CommandError(f"{config_file} has no model_type")
+    return config
+
+
+def _run_convert(args: argparse.Namespace) -> int:
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    import hf_xfmr
+
+    src, out = Path(args.src), Path(args.out)
+    config = _read_config(src)
+    model_type = config["model_type"]
+    if model_type not in CONFIG_MAPPING:
+        known = sorted(t for t in CONFIG_MAPPING if t.startswith("xfmr-"))
+        raise CommandError(
+            f"unknown model type {model_type!r} in {src / 'config.json'} "
+            f"(hf_xfmr model types: {', '.join(known)})"
+        )
+    is_ours = model_type.startswith("xfmr-")
+    direction = args.to or ("transformers" if is_ours else "xfmr")
+    if (direction == "xfmr") == is_ours:
+        kind = "an hf_xfmr" if is_ours else "a transformers"
+        raise CommandError(f"{src} is already {kind} checkpoint (model_type {model_type!r}); nothing to convert")
+    if out.resolve() == src.resolve():
+        raise CommandError("OUT must differ from SRC")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
+        raise CommandError(f"{out} exists and is not empty; pass --overwrite to write into it")
+
+    try:
+        if direction == "xfmr":
+            model = hf_xfmr.from_transformers(src, task=args.task)
+        else:
+            task = args.task or _task_from_architectures(config.get("architectures") or [])
+            auto_class = getattr(transformers, _AUTO_CLASS_BY_TASK[task])
+            model = hf_xfmr.to_transformers(auto_class.from_pretrained(src))
+    except (ValueError, KeyError, TypeError, NotImplementedError, OSError) as err:
+        # The converters raise these with a message meant for the user (unsupported architecture/head,
+        # missing weights): show it as a command error rather than a traceback.
+        raise CommandError(f"cannot convert {src}: {err}") from None
+
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    copied = [name for name in TOKENIZER_FILES if (src / name).is_file()]
+    for name in copied:
+        shutil.copy2(src / name, out / name)
+    print(
+        f"converted {type(model).__name__} ({model_type} -> {model.config.model_type}) to {out}"
+        + (f"; copied {', '.join(copied)}" if copied else "")
+    )
+    return 0
+
+
+def _add_convert(subparsers) -> None:
+    from hf_xfmr.models.conversion import TASKS
+
+    parser = _add_parser(
+        subparsers,
+        "convert",
+        help="convert a checkpoint between the transformers and hf_xfmr formats",
+        description=(
+            "Convert a local checkpoint folder between the transformers format (e.g. model_type 'bert')\n"
+            "and the hf_xfmr format (model_type 'xfmr-bert'). The direction follows SRC's config.json:\n"
+            "'xfmr-*' model types become transformers checkpoints, others become hf_xfmr checkpoints.\n"
+            "Weights are saved as safetensors; tokenizer files found in SRC are copied to OUT."
+        ),
+        epilog=(
+            "examples:\n"
+            "  hf-xfmr convert ./bert-base-uncased ./bert-base-xfmr\n"
+            "  hf-xfmr convert ./bert-base-xfmr ./bert-back --to transformers\n"
+            "  hf-xfmr convert ./my-bert ./my-bert-encoder --task base"
+        ),
+        func=_run_convert,
+    )
+    parser.add_argument("src", metavar="SRC", help="checkpoint folder (config.json + weights)")
+    parser.add_argument("out", metavar="OUT", help="output folder (created; must be empty unless --overwrite)")
+    parser.add_argument(
+        "--to",
+        choices=("xfmr", "transformers"),
+        default=None,
+        help="target format; default: the opposite of SRC's format",
+    )
+    parser.add_argument(
+        "--task",
+        choices=TASKS,
+        default=None,
+        help="head to convert to; default: SRC's own head (from config.json 'architectures')",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="allow writing into a non-empty OUT")
+
+
+# ----------------------------------------------------------------------------------------------
+# hf-xfmr bench
+# ----------------------------------------------------------------------------------------------
+
+COLLATORS = "collators"  # pseudo-case: hf_xfmr.data.bench.benchmark_collators, when it exists
+
+
+def _collator_benchmark() -> Callable | None:
+    try:
+        from hf_xfmr.data.bench import benchmark_collators
+    except ImportError:
+        return None
+    return benchmark_collators
+
+
+def _run_collator_benchmark(func: Callable, args: argparse.Namespace, threads: int, tiny: bool) -> Any:
+    """Call `benchmark_collators` with whichever of our options its signature accepts."""
+    import inspect
+
+    offered = {
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "threads": threads,
+        "num_threads": threads,
+        "quick": tiny,
+        **({"batch_size": 2, "seq_len": 64} if tiny else {}),
+    }
+    params = inspect.signature(func).parameters
+    kwargs = {k: v for k, v in offered.items() if v is not None and k in params}
+    return func(**kwargs)
+
+
+def _rows_markdown(rows: list[dict[str, Any]]) -> str:
+    """A plain markdown table of a list of flat dicts (for results of other benchmarks)."""
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = [f"{v:.3g}" if isinstance(v, float) else str(v) for v in (row.get(c, "") for c in columns)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _selected_cases(args: argparse.Namespace) -> tuple[list[tuple[str, dict]], bool, bool]:
+    """(cases with overrides, whether the collator benchmark runs, whether sizes are tiny)."""
+    from hf_xfmr import benchmark
+
+    if args.cases:
+        names = [name for item in args.cases for name in item.split(",") if name]
+        unknown = [n for n in names if n not in benchmark.CASES and n != COLLATORS]
+        if unknown:
+            known = ", ".join(sorted(benchmark.CASES) + [COLLATORS])
+            raise CommandError(f"unknown case(s) {', '.join(unknown)}; known: {known} (see --list)")
+        overrides = dict(benchmark.TINY_SIZES) if args.tiny else {}
+        return [(n, overrides) for n in names if n != COLLATORS], COLLATORS in names, args.tiny
+    suite = args.suite or "all"
+    tiny = args.tiny or suite == "quick"
+    cases = [(n, {**kw, **(benchmark.TINY_SIZES if tiny else {})}) for n, kw in benchmark.SUITES[suite]]
+    return cases, True, tiny
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    import torch
+    from tqdm.auto import tqdm
+
+    from hf_xfmr import benchmark
+
+    if args.list:
+        width = max(map(len, [*benchmark.CASES, COLLATORS]))
+        for name in sorted(benchmark.CASES):
+            print(f"{name:<{width}}  {benchmark.case_summary(name)}")
+        available = "available" if _collator_benchmark() else "not available in this version"
+        print(f"{COLLATORS:<{width}}  data collator throughput (hf_xfmr.data.bench; {available})")
+        for suite, cases in benchmark.SUITES.items():
+            print(f"suite {suite}: {', '.join(n for n, _ in cases)}" + (f", {COLLATORS}" if _collator_benchmark() else ""))
+        return 0
+    if args.repeats is not None and args.repeats < 1:
+        raise CommandError("--repeats must be >= 1")
+    if args.warmup < 0:
+        raise CommandError("--warmup must be >= 0")
+    if args.threads is not None and args.threads < 1:
+        raise CommandError("--threads must be >= 1")
+
+    cases, with_collators, tiny = _selected_cases(args)
+    repeats = args.repeats or (3 if tiny else 7)
+    # Tiny models gain nothing from threads, and a busy 2-core machine makes OpenMP barriers stall.
+    threads = args.threads or (1 if tiny else torch.get_num_threads())
+    results = []
+    for name, overrides in tqdm(cases, desc="bench", unit="case", file=sys.stderr, disable=not cases):
+        try:
+            case = benchmark.make_case(name, **overrides)
+        except ValueError as err:
+            raise CommandError(f"case {name}: {err}") from None
+        results.append(
+            benchmark.measure_case(
+                case, repeats=repeats, warmup=args.warmup, threads=threads, memory=not args.no_memory, progress=True
+            )
+        )
+    out = Path(args.output) if args.output else None
+    if results:
+        table = benchmark.to_markdown(results)
+        print(table)
+        if out:
+            benchmark.to_json(results, out / "models.json", suite=args.suite, tiny=tiny)
+            (out / "models.md").write_text(table)
+
+    collators = _collator_benchmark() if with_collators else None
+    if with_collators and collators is None:
+        print("collator benchmark skipped: hf_xfmr.data.bench.benchmark_collators is not available", file=sys.stderr)
+    status = 0
+    if collators is not None:
+        try:
+            rows = _run_collator_benchmark(collators, args, threads, tiny)
+        except Exception as err:  # another module's benchmark: report it, keep the model results
+            print(f"hf-xfmr bench: collator benchmark failed: {type(err).__name__}: {err}", file=sys.stderr)
+            status = 1
+        else:
+            text = rows if isinstance(rows, str) else _rows_markdown(list(rows))
+            print(text)
+            if out:
+                if not isinstance(rows, str):
+                    benchmark.to_json(list(rows), out / "collators.json")
+                (out / "collators.md").write_text(text)
+    if out:
+        print(f"results written to {out}/", file=sys.stderr)
+    return status
+
+
+def _add_bench(subparsers) -> None:
+    parser = _add_parser(
+        subparsers,
+        "bench",
+        help="speed and memory side by side with the transformers reference models",
+        description=(
+            "Time each case's hf_xfmr model against its transformers reference (same weights, same batch):\n"
+            "warm-up steps first, then the two sides alternate step by step; the table shows median step\n"
+            "times and speed ratio = ref / ours (> 1: ours faster). Peak memory is the growth during one\n"
+            "step, measured for each side in its own process (RSS high-water mark on CPU,\n"
+            "max_memory_allocated on CUDA); memory ratio = ref / ours (> 1: ours uses less)."
+        ),
+        epilog=(
+            "examples:\n"
+            "  hf-xfmr bench --suite quick              # tiny sizes, a few seconds\n"
+            "  hf-xfmr bench --cases bert-mlm-train bert-mlm-infer --repeats 7 --output benchmarks/results\n"
+            "  hf-xfmr bench --list"
+        ),
+        func=_run_bench,
+    )
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--cases", nargs="+", metavar="NAME", help="cases to run (space or comma separated; see --list)"
+    )
+    which.add_argument(
+        "--suite",
+        choices=("all", "quick"),
+        default=None,
+        help="named set of cases: 'all' at full size, 'quick' at tiny sizes (default: all)",
+    )
+    which.add_argument("--list", action="store_true", help="list the cases and suites, then exit")
+    parser.add_argument("--tiny", action="store_true", help="run the chosen cases at the tiny sizes of --suite quick")
+    parser.add_argument(
+        "--repeats", type=int, default=None, metavar="N", help="timed steps per side (default: 7, or 3 with tiny sizes)"
+    )
+    parser.add_argument("--warmup", type=int, default=1, metavar="N", help="untimed steps per side before timing (default: 1)")
+    parser.add_argument(
+        "--threads", type=int, default=None, metavar="N",
+        help="torch threads (default: torch.get_num_threads(); 1 with tiny sizes)",
+    )  # fmt: skip
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurements")
+    parser.add_argument(
+        "--output", metavar="DIR", default=None, help="write models.json and models.md (and collators.*) into DIR"
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Entry point
+# ----------------------------------------------------------------------------------------------
+
+COMMANDS: tuple[Callable[[Any], None], ...] = (
+    _add_convert,
+    _add_bench,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from hf_xfmr import __version__
+
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="hf_xfmr: classic and modern transformer architectures as a Hugging Face plugin.",
+        formatter_class=_HelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add_command in COMMANDS:
+        add_command(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `hf-xfmr`; returns the exit status (argparse errors raise SystemExit(2))."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except CommandError as err:
+        args.command_parser.error(str(err))  # prints usage + "hf-xfmr <command>: error: ..." and exits 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Data pipeline for hf_xfmr: collators, pair builders, packing, corpora and tokenizer training.
+
+Collators (all vectorized torch, seeded with `seed=` or `generator=`, usable as DataLoader `collate_fn`):
+    DataCollatorForMLM   BERT/RoBERTa/DistilBERT/ModernBERT masking, whole words, ALBERT n-grams
+    DataCollatorForPLM   XLNet permutation LM (official recipe: spans, perm_mask, target_mapping)
+    DataCollatorForCLM   GPT causal LM, optional document isolation in packed rows
+Examples / rows:
+    create_sop_examples, create_nsp_examples, tokenize_documents   ALBERT SOP / BERT NSP pairs
+    pack_stream, PackedCLMDataset                                  CLM rows with carried remainder
+    pack_documents, collate_packed, packing_efficiency             best-fit packing for encoders
+Corpora and tokenizers:
+    default_corpus, load_corpus, iter_texts, train_tokenizer
+"""
+
+from .clm import DataCollatorForCLM, PackedCLMDataset, pack_stream
+from .corpus import default_corpus, iter_texts, load_corpus
+from .mlm import DataCollatorForMLM, tokenize_for_mlm
+from .packing import best_fit_bins, block_diagonal_mask, collate_packed, pack_documents, packing_efficiency
+from .pairs import create_nsp_examples, create_sop_examples, tokenize_documents
+from .plm import DataCollatorForPLM
+from .tokenizers import train_tokenizer
+
+__all__ = [
+    "DataCollatorForCLM",
+    "DataCollatorForMLM",
+    "DataCollatorForPLM",
+    "PackedCLMDataset",
+    "best_fit_bins",
+    "block_diagonal_mask",
+    "collate_packed",
+    "create_nsp_examples",
+    "create_sop_examples",
+    "default_corpus",
+    "iter_texts",
+    "load_corpus",
+    "pack_documents",
+    "pack_stream",
+    "packing_efficiency",
+    "tokenize_documents",
+    "tokenize_for_mlm",
+    "train_tokenizer",
+]

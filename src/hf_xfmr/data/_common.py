@@ -1,0 +1,178 @@
+"""Helpers shared by the collators: fast padding, special-token tables, seeded generators.
+
+Everything here works on whole batches with torch ops; the only Python loops run once per
+example (to read its features), never once per token.
+"""
+
+from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+IGNORE_INDEX = -100
+
+
+def require_token(tokenizer, name: str, objective: str) -> int:
+    """Return `tokenizer.<name>_id`, or raise a ValueError saying how to add the token."""
+    token_id = getattr(tokenizer, f"{name}_id", None)
+    if token_id is None:
+        raise ValueError(
+            f"{objective} needs a {name} but the tokenizer {type(tokenizer).__name__} has none "
+            f"(tokenizer.{name} is None). Add one, e.g. tokenizer.add_special_tokens({{'{name}': '...'}}) "
+            f"and resize the model's embeddings, or train a matching tokenizer with "
+            f"hf_xfmr.data.train_tokenizer(...)."
+        )
+    return int(token_id)
+
+
+def special_ids_tensor(tokenizer) -> torch.Tensor:
+    """All special token ids of `tokenizer` as a 1-D long tensor (for `torch.isin`)."""
+    ids = set(int(i) for i in getattr(tokenizer, "all_special_ids", []) if i is not None)
+    for name in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id", "bos_token_id", "eos_token_id"):
+        value = getattr(tokenizer, name, None)
+        if value is not None:
+            ids.add(int(value))
+    return torch.tensor(sorted(ids), dtype=torch.long)
+
+
+@contextmanager
+def intra_op_threads(n: int | None):
+    """Run torch ops with `n` intra-op threads, restoring the setting afterwards (None: no change).
+
+    Collation works on a few MB per batch: splitting each small op over threads costs more in
+    synchronisation than it saves, and much more when the cores are busy with training.
+    """
+    previous = torch.get_num_threads()
+    if n is None or n == previous:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+class SeededMixin:
+    """Resolves the random generator of a collator.
+
+    `generator` wins if given. Otherwise `seed` creates a private generator on first use, offset by
+    the DataLoader worker id inside worker processes (so workers draw different masks). With
+    neither, torch's global RNG is used (`torch.manual_seed` then reproduces batches).
+    """
+
+    seed: int | None
+    generator: torch.Generator | None
+
+    def _rng(self) -> torch.Generator | None:
+        if self.generator is None and self.seed is not None:
+            info = torch.utils.data.get_worker_info()
+            offset = info.id if info is not None else 0
+            self.generator = torch.Generator().manual_seed(int(self.seed) + offset)
+        return self.generator
+
+
+def _as_list(x) -> list:
+    if isinstance(x, torch.Tensor):
+        return x.tolist()
+    if hasattr(x, "tolist"):  # numpy
+        return x.tolist()
+    return list(x)
+
+
+def pad_ragged(
+    rows: Sequence[Sequence[int]],
+    pad_value: int,
+    *,
+    length: int | None = None,
+    left: bool = False,
+    pad_to_multiple_of: int | None = None,
+    dtype: torch.dtype = torch.long,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack ragged int rows into a (B, L) tensor and a (B, L) bool mask of real positions.
+
+    Lists are padded with list arithmetic and converted by one `torch.tensor` call (C speed);
+    tensors are copied row by row. No per-token Python loop.
+    """
+    if len(rows) == 0:
+        raise ValueError("Cannot collate an empty batch: the DataLoader passed no examples.")
+    tensors = all(isinstance(r, torch.Tensor) for r in rows)
+    if not tensors:
+        rows = [r if isinstance(r, list) else _as_list(r) for r in rows]
+    lengths = [len(r) for r in rows]
+    max_len = max(lengths) if length is None else int(length)
+    if length is not None and max(lengths) > length:
+        raise ValueError(
+            f"An example has {max(lengths)} tokens, more than the fixed length {length}: truncate the "
+            "examples when tokenizing (truncation=True, max_length=...) or raise the length."
+        )
+    if pad_to_multiple_of:
+        max_len = -(-max_len // pad_to_multiple_of) * pad_to_multiple_of
+    if tensors:
+        out = torch.full((len(rows), max_len), pad_value, dtype=dtype)
+        for b, r in enumerate(rows):  # one copy per example
+            r = r.reshape(-1)
+            if left:
+                out[b, max_len - r.numel():] = r
+            else:
+                out[b, : r.numel()] = r
+    elif left:
+        out = torch.tensor([[pad_value] * (max_len - len(r)) + r for r in rows], dtype=dtype)
+    else:
+        out = torch.tensor([r + [pad_value] * (max_len - len(r)) for r in rows], dtype=dtype)
+    pos = torch.arange(max_len)
+    lens = torch.tensor(lengths)
+    if left:
+        real = pos[None, :] >= (max_len - lens)[:, None]  # (B, L)
+    else:
+        real = pos[None, :] < lens[:, None]  # (B, L)
+    return out, real
+
+
+def read_features(examples: Sequence[Any]) -> dict[str, list]:
+    """Turn a list of examples (dicts / BatchEncodings, or bare id sequences) into columns."""
+    if len(examples) == 0:
+        raise ValueError("Cannot collate an empty batch: the DataLoader passed no examples.")
+    if isinstance(examples[0], Mapping):
+        if "input_ids" not in examples[0]:
+            raise ValueError(
+                f"Examples need an 'input_ids' field; got keys {sorted(examples[0].keys())}. "
+                "Tokenize the dataset first (dataset.map(lambda b: tokenizer(b['text']), batched=True))."
+            )
+        return {k: [ex[k] for ex in examples] for k in examples[0].keys()}
+    return {"input_ids": list(examples)}
+
+
+def collate_extra(columns: dict[str, list], handled: set[str], real: torch.Tensor, left: bool) -> dict:
+    """Pass through the remaining columns: scalars are stacked, sequences padded like input_ids."""
+    out = {}
+    for key, values in columns.items():
+        if key in handled:
+            continue
+        first = values[0]
+        if isinstance(first, (int, float, bool)) or (isinstance(first, torch.Tensor) and first.dim() == 0):
+            out[key] = torch.tensor([int(v) if not isinstance(v, float) else v for v in values])
+        elif isinstance(first, (list, tuple, torch.Tensor)) or hasattr(first, "tolist"):
+            try:
+                padded, _ = pad_ragged(values, 0, length=real.shape[1], left=left)
+            except (TypeError, ValueError):
+                continue  # not a per-token integer feature (e.g. offsets); drop it
+            out[key] = padded
+    return out
+
+
+def cu_seqlens_from_positions(position_ids: torch.Tensor, real: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Document boundaries of packed rows, flash-attention style.
+
+    A document starts wherever `position_ids == 0`; real tokens of the batch are taken in row-major
+    order (as `input_ids[real]` flattens them). Returns (cu_seqlens int32 of shape (D + 1,), max_seqlen).
+    """
+    flat_pos = position_ids[real]  # (N,)
+    starts = torch.nonzero(flat_pos == 0).flatten()
+    # Each row also starts a document even if its first position id is not 0 (a carried-over tail).
+    row_starts = torch.cumsum(real.sum(1), 0)[:-1]
+    starts = torch.unique(torch.cat([torch.zeros(1, dtype=torch.long), starts, row_starts]))
+    cu = torch.cat([starts, torch.tensor([flat_pos.numel()])]).to(torch.int32)
+    max_seqlen = int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
+    return cu, max_seqlen

@@ -1,0 +1,114 @@
+"""Collator throughput against the transformers reference collators (examples per second).
+
+Both sides get the same tokenizer and the same examples (full-length rows cut from the embedded
+corpus). Runs are interleaved (ours, reference, ours, ...) after a warm-up, so background load
+hits both alike; the median time per batch is reported. Used by `benchmarks/bench_collators.py`
+and importable by `hf-xfmr bench`: `run(quick=False) -> list[dict]`.
+"""
+
+import statistics
+import time
+
+import torch
+
+from .corpus import default_corpus, document_text
+
+
+def _rows(tokenizer, seq_len: int, n: int, xlnet: bool) -> list[dict]:
+    """`n` examples of exactly `seq_len` tokens, text taken in corpus order.
+
+    Layout `[A, <sep>, B, <sep>, <cls>]` for XLNet, `[CLS] text [SEP]` for BERT.
+    """
+    docs = [document_text(d) for d in default_corpus()]
+    ids = [i for row in tokenizer(docs, add_special_tokens=False)["input_ids"] for i in row]
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    body = seq_len - (3 if xlnet else 2)
+    rows = []
+    for start in range(0, len(ids) - body, body):
+        chunk = ids[start:start + body]
+        if xlnet:
+            half = body // 2
+            row = chunk[:half] + [sep] + chunk[half:] + [sep, cls]
+            special = [0] * half + [1] + [0] * (body - half) + [1, 1]
+        else:
+            row = [cls] + chunk + [sep]
+            special = [1] + [0] * body + [1]
+        rows.append({"input_ids": row, "special_tokens_mask": special})
+        if len(rows) == n:
+            break
+    return (rows * (n // max(1, len(rows)) + 1))[:n]
+
+
+def _interleaved(fns: dict, batches: list, repeats: int, warmup: int) -> dict[str, float]:
+    times = {k: [] for k in fns}
+    for i in range(warmup + repeats):
+        for name, fn in fns.items():
+            batch = batches[i % len(batches)]
+            start = time.perf_counter()
+            fn(batch)
+            if i >= warmup:
+                times[name].append(time.perf_counter() - start)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def benchmark_collators(batch_size: int = 8, seq_len: int = 512, repeats: int = 20, warmup: int = 3,
+                        num_threads: int | None = None) -> list[dict]:
+    """Time our collators against transformers' at (batch_size, seq_len).
+
+    Returns rows with keys name, ours, reference, ours_per_s, ref_per_s, ratio (ours / reference).
+    `num_threads` sets torch's intra-op threads for the run (DataLoader workers use 1).
+    """
+    from transformers import DataCollatorForLanguageModeling, DataCollatorForPermutationLanguageModeling
+
+    from .mlm import DataCollatorForMLM
+    from .plm import DataCollatorForPLM
+    from .tokenizers import train_tokenizer
+
+    previous_threads = torch.get_num_threads()
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    try:
+        torch.manual_seed(0)
+        docs = default_corpus(200)
+        xlnet_tok = train_tokenizer("xlnet", docs, 2000)
+        bert_tok = train_tokenizer("bert", docs, 4000)
+        n_batches = 4
+        plm_rows = _rows(xlnet_tok, seq_len, batch_size * n_batches, xlnet=True)
+        mlm_rows = _rows(bert_tok, seq_len, batch_size * n_batches, xlnet=False)
+        split = lambda rows: [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]  # noqa: E731
+        plm_batches = [[{"input_ids": r["input_ids"]} for r in b] for b in split(plm_rows)]
+        mlm_batches = split(mlm_rows)
+        num_predict = max(1, seq_len // 6)
+        cases = [
+            ("plm (XLNet, 1/6 predicted)", "DataCollatorForPermutationLanguageModeling",
+             DataCollatorForPLM(xlnet_tok, seq_len=seq_len, num_predict=num_predict, seed=0),
+             DataCollatorForPermutationLanguageModeling(xlnet_tok), plm_batches),
+            ("mlm (BERT, 15%, 80/10/10)", "DataCollatorForLanguageModeling",
+             DataCollatorForMLM(bert_tok, seed=0), DataCollatorForLanguageModeling(bert_tok, seed=0), mlm_batches),
+        ]
+        results = []
+        for name, ref_name, ours, ref, batches in cases:
+            t = _interleaved({"ours": ours, "ref": ref}, batches, repeats, warmup)
+            results.append({
+                "name": name, "ours": type(ours).__name__, "reference": ref_name,
+                "batch_size": batch_size, "seq_len": seq_len,
+                "ours_per_s": batch_size / t["ours"], "ref_per_s": batch_size / t["ref"],
+                "ratio": t["ref"] / t["ours"], "threads": torch.get_num_threads(),
+            })
+        return results
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def run(quick: bool = False) -> list[dict]:
+    """Entry point for `hf-xfmr bench`: the collator rows at seq 512, batch 8."""
+    return benchmark_collators(repeats=5 if quick else 20, warmup=1 if quick else 3)
+
+
+def markdown_table(rows: list[dict]) -> str:
+    lines = ["| collator | reference | batch x seq | ours (ex/s) | reference (ex/s) | speed-up |",
+             "|---|---|---|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['name']} | `{r['reference']}` | {r['batch_size']} x {r['seq_len']} | "
+                     f"{r['ours_per_s']:.0f} | {r['ref_per_s']:.1f} | {r['ratio']:.1f}x |")
+    return "\n".join(lines)

@@ -1,0 +1,168 @@
+"""Train a tokenizer for any hf_xfmr architecture in one call, with the `tokenizers` library.
+
+| kind / style            | model                | special tokens                                   | template (pair)                      |
+|-------------------------|----------------------|--------------------------------------------------|--------------------------------------|
+| wordpiece (bert)        | WordPiece, lowercase | [PAD] [UNK] [CLS] [SEP] [MASK]                   | [CLS] A [SEP] B [SEP]                |
+| unigram, style=xlnet    | Unigram (Metaspace)  | <pad> <unk> <s> </s> <cls> <sep> <mask> <eod>    | A <sep> B <sep> <cls>, left padding  |
+| unigram, style=albert   | Unigram (Metaspace)  | <pad> <unk> [CLS] [SEP] [MASK]                   | [CLS] A [SEP] B [SEP]                |
+| bpe, style=gpt          | byte-level BPE       | <|endoftext|> (bos = eos = unk = pad)             | none                                 |
+| bpe, style=roberta      | byte-level BPE       | <s> <pad> </s> <unk> <mask>                      | <s> A </s></s> B </s>                |
+| bpe, style=modernbert   | byte-level BPE       | [UNK] [CLS] [SEP] [PAD] [MASK] <|endoftext|>     | [CLS] A [SEP] B [SEP]                |
+
+Architecture names are accepted as `kind` too: bert/distilbert -> wordpiece, xlnet/albert ->
+unigram, gpt/roberta/modernbert -> bpe. Token type ids follow each architecture (XLNet gives its
+final <cls> segment id 2). The result is a `PreTrainedTokenizerFast`; `save_pretrained` it.
+
+Command line: `python -m hf_xfmr.data.tokenizers --kind xlnet --vocab-size 8000 --out tok/`.
+"""
+
+import argparse
+import itertools
+
+from .corpus import default_corpus, iter_texts
+
+_ALIASES = {
+    "bert": ("wordpiece", "bert"), "distilbert": ("wordpiece", "bert"), "wordpiece": ("wordpiece", "bert"),
+    "xlnet": ("unigram", "xlnet"), "albert": ("unigram", "albert"), "unigram": ("unigram", None),
+    "gpt": ("bpe", "gpt"), "gpt2": ("bpe", "gpt"), "roberta": ("bpe", "roberta"),
+    "modernbert": ("bpe", "modernbert"), "bpe": ("bpe", None),
+}
+_DEFAULT_STYLE = {"wordpiece": "bert", "unigram": "xlnet", "bpe": "gpt"}
+_STYLES = {"wordpiece": ("bert",), "unigram": ("xlnet", "albert"), "bpe": ("gpt", "roberta", "modernbert")}
+
+# role -> token, per style; the order of `special` is the order of the first vocabulary ids.
+_SPECIALS = {
+    "bert": dict(special=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+                 roles=dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+                            mask_token="[MASK]")),
+    "xlnet": dict(special=["<pad>", "<unk>", "<s>", "</s>", "<cls>", "<sep>", "<mask>", "<eod>"],
+                  roles=dict(pad_token="<pad>", unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+                             cls_token="<cls>", sep_token="<sep>", mask_token="<mask>",
+                             additional_special_tokens=["<eod>"])),
+    "albert": dict(special=["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"],
+                   roles=dict(pad_token="<pad>", unk_token="<unk>", bos_token="[CLS]", eos_token="[SEP]",
+                              cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")),
+    "gpt": dict(special=["<|endoftext|>"],
+                roles=dict(bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>",
+                           pad_token="<|endoftext|>")),
+    "roberta": dict(special=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                    roles=dict(bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
+                               cls_token="<s>", sep_token="</s>", mask_token="<mask>")),
+    "modernbert": dict(special=["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", "<|endoftext|>"],
+                       roles=dict(unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]",
+                                  mask_token="[MASK]", bos_token="[CLS]", eos_token="[SEP]")),
+}
+# (single, pair) TemplateProcessing templates; `:n` is the token type id.
+_TEMPLATES = {
+    "bert": ("[CLS]:0 $A:0 [SEP]:0", "[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1"),
+    "xlnet": ("$A:0 <sep>:0 <cls>:2", "$A:0 <sep>:0 $B:1 <sep>:1 <cls>:2"),
+    "albert": ("[CLS]:0 $A:0 [SEP]:0", "[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1"),
+    "roberta": ("<s>:0 $A:0 </s>:0", "<s>:0 $A:0 </s>:0 </s>:0 $B:0 </s>:0"),
+    "modernbert": ("[CLS]:0 $A:0 [SEP]:0", "[CLS]:0 $A:0 [SEP]:0 $B:0 [SEP]:0"),
+}
+
+
+def _resolve(kind: str, style: str | None) -> tuple[str, str]:
+    key = kind.lower()
+    if key not in _ALIASES:
+        raise ValueError(f"Unknown tokenizer kind {kind!r}; choose one of {sorted(_ALIASES)}.")
+    kind, alias_style = _ALIASES[key]
+    style = style or alias_style or _DEFAULT_STYLE[kind]
+    if style not in _STYLES[kind]:
+        raise ValueError(f"style={style!r} does not fit a {kind} tokenizer; choose one of {_STYLES[kind]}.")
+    return kind, style
+
+
+def train_tokenizer(kind: str = "wordpiece", corpus=None, vocab_size: int = 8000, *, style: str | None = None,
+                    min_frequency: int = 2, lowercase: bool | None = None, model_max_length: int = 512,
+                    max_documents: int | None = None):
+    """Train a tokenizer and wrap it as a `PreTrainedTokenizerFast` with its architecture's special tokens.
+
+    kind: "wordpiece" | "unigram" | "bpe", or an architecture name ("bert", "xlnet", "gpt", ...).
+    corpus: None for the embedded corpus, a list of documents (strings or paragraph lists), a
+        `datasets` corpus with a `text` column (see `load_corpus`) or any iterable of strings.
+    style: which special tokens and template (see the module table); defaults from `kind`.
+    lowercase: defaults to True for WordPiece (uncased BERT), False otherwise.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    kind, style = _resolve(kind, style)
+    spec = _SPECIALS[style]
+    specials = spec["special"]
+    min_vocab = len(specials) + (256 if kind == "bpe" else 30)
+    if vocab_size < min_vocab:
+        raise ValueError(f"vocab_size={vocab_size} is too small for a {kind} tokenizer; use at least {min_vocab}.")
+    if corpus is None:
+        corpus = default_corpus(max_documents)
+    batches = iter_texts(corpus)
+    first = next(batches)  # raises a clear ValueError on an empty corpus
+    texts = itertools.chain([first], batches)
+    lowercase = (kind == "wordpiece") if lowercase is None else lowercase
+
+    if kind == "wordpiece":
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
+        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                            special_tokens=specials, show_progress=False)
+    elif kind == "unigram":
+        tok = Tokenizer(models.Unigram())
+        norm = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
+        tok.normalizer = normalizers.Sequence(norm)
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token="<unk>",
+                                          max_piece_length=16, show_progress=False)
+    else:
+        tok = Tokenizer(models.BPE())
+        if lowercase:
+            tok.normalizer = normalizers.Lowercase()
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+
+    if style in _TEMPLATES:
+        single, pair = _TEMPLATES[style]
+        used = sorted({t.split(":")[0] for t in (single + " " + pair).split() if not t.startswith("$")})
+        template = processors.TemplateProcessing(
+            single=single, pair=pair, special_tokens=[(t, tok.token_to_id(t)) for t in used])
+        if kind == "bpe":
+            tok.post_processor = processors.Sequence([processors.ByteLevel(trim_offsets=False), template])
+        else:
+            tok.post_processor = template
+    elif kind == "bpe":
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+
+    # Segment-aware architectures get token_type_ids from the tokenizer; GPT/RoBERTa/ModernBERT do not use them.
+    names = ["input_ids", "token_type_ids", "attention_mask"] if style in ("bert", "xlnet", "albert") else \
+        ["input_ids", "attention_mask"]
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, model_max_length=model_max_length, model_input_names=names,
+        padding_side="left" if style == "xlnet" else "right", **spec["roles"])
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m hf_xfmr.data.tokenizers",
+                                     description="Train a tokenizer for an hf_xfmr architecture.")
+    parser.add_argument("--kind", default="wordpiece", help=f"one of {sorted(_ALIASES)}")
+    parser.add_argument("--style", default=None, help="special-token style (see module docs)")
+    parser.add_argument("--corpus", default=None, help="file/dir/dataset name; default: embedded corpus")
+    parser.add_argument("--text-column", default="text")
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--min-frequency", type=int, default=2)
+    parser.add_argument("--out", required=True, help="output folder (save_pretrained)")
+    args = parser.parse_args(argv)
+    from .corpus import load_corpus
+
+    corpus = load_corpus(args.corpus, text_column=args.text_column) if args.corpus else None
+    tok = train_tokenizer(args.kind, corpus, args.vocab_size, style=args.style, min_frequency=args.min_frequency)
+    tok.save_pretrained(args.out)
+    print(f"saved {type(tok).__name__} with {len(tok)} tokens to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
