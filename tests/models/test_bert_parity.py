@@ -94,8 +94,9 @@ def test_parity_outputs_loss_and_gradients(arch, task, attn):
     ref.train(), ours.train()  # dropout is 0, so training mode is deterministic and has gradients
     inputs = make_inputs(arch, task)
 
-    ref_out = ref(**inputs, output_hidden_states=True)
-    our_out = ours(**inputs, output_hidden_states=True)
+    extra = dict(output_hidden_states=True, output_attentions=attn == "eager")  # weights need eager
+    ref_out = ref(**inputs, **extra)
+    our_out = ours(**inputs, **extra)
     ref_named, our_named = outputs_of(ref_out), outputs_of(our_out)
     assert set(ref_named) == set(our_named)
     for key in ref_named:
@@ -212,3 +213,28 @@ def test_sparse_prediction_gives_the_same_loss_and_the_labelled_logits():
     assert_close(sparse.loss, dense.loss, atol=1e-6, rtol=0)
     # Without labels (inference, pipelines) the full logits come back.
     assert ours(input_ids=inputs["input_ids"]).logits.shape == (*inputs["input_ids"].shape, 99)
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta"])
+def test_inputs_embeds_and_explicit_positions_match_reference(arch):
+    ref, ours = build_pair(arch, "base", "sdpa")
+    ref.eval(), ours.eval()
+    ids, mask, types = padded_batch(arch)
+    embeds = ref.get_input_embeddings()(ids)
+    assert_close(ours(inputs_embeds=embeds, attention_mask=mask).last_hidden_state,
+                 ref(inputs_embeds=embeds, attention_mask=mask).last_hidden_state, atol=ATOL, rtol=RTOL)
+    positions = torch.arange(ids.shape[1]).flip(0).expand_as(ids) + (2 if arch == "roberta" else 0)
+    assert_close(ours(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state,
+                 ref(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state,
+                 atol=ATOL, rtol=RTOL)
+
+
+def test_bf16_outputs_track_the_reference():
+    """Loose check: in bf16 both sides round differently, but must agree to bf16 precision."""
+    ref, ours = build_pair("bert", "masked-lm", "sdpa")
+    ref, ours = ref.to(torch.bfloat16).eval(), ours.to(torch.bfloat16).eval()
+    inputs = make_inputs("bert", "masked-lm")
+    a, b = ref(**inputs), ours(**inputs)
+    assert b.logits.dtype == torch.bfloat16
+    assert_close(b.logits.float(), a.logits.float(), atol=0.05, rtol=0.05)
+    assert_close(b.loss.float(), a.loss.float(), atol=0.02, rtol=0.01)
