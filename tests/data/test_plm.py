@@ -23,12 +23,13 @@ def make_examples(tok, texts, lengths, seed=0):
     return out
 
 
-def check_invariants(batch, num_predict, reuse_len=None):
+def check_invariants(batch, num_predict, reuse_len=None, perm_dtype=torch.bool):
     ids, perm, tm, labels = batch["input_ids"], batch["perm_mask"], batch["target_mapping"], batch["labels"]
     real = batch["attention_mask"].bool()
     tgt = batch["is_masked"]
     B, L = ids.shape
-    assert perm.shape == (B, L, L) and perm.dtype == torch.float32
+    assert perm.shape == (B, L, L) and perm.dtype == perm_dtype
+    assert tm.dtype == torch.float32
     assert tm.shape == (B, num_predict, L) and labels.shape == (B, num_predict)
     special = (ids[..., None] == torch.tensor([4, 5, 0])).any(-1)  # <cls>, <sep>, <pad> ids of our tokenizer
     assert not (tgt & special).any(), "special or pad tokens became targets"
@@ -233,3 +234,74 @@ def test_bad_inputs(xlnet_tok, gpt_tok, texts):
         DataCollatorForPLM(xlnet_tok, seq_len=64, reuse_len=64)
     with pytest.raises(ValueError, match="fixed length"):
         DataCollatorForPLM(xlnet_tok, seq_len=16, num_predict=2)(make_examples(xlnet_tok, texts, [20]))
+
+
+def test_perm_mask_dtype_bool_default_float_option(xlnet_tok, texts):
+    ex = make_examples(xlnet_tok, texts, [64, 51, 64])
+    a = DataCollatorForPLM(xlnet_tok, num_predict=10, reuse_len=32, return_is_masked=True, seed=4)(ex)
+    f = DataCollatorForPLM(xlnet_tok, num_predict=10, reuse_len=32, return_is_masked=True, seed=4,
+                           perm_mask_dtype=torch.float32)(ex)
+    assert a["perm_mask"].dtype == torch.bool and f["perm_mask"].dtype == torch.float32
+    assert torch.equal(a["perm_mask"].float(), f["perm_mask"])
+    for k in a:
+        if k != "perm_mask":
+            assert torch.equal(a[k], f[k])
+    check_invariants(f, 10, reuse_len=32, perm_dtype=torch.float32)
+    with pytest.raises(ValueError, match="perm_mask_dtype"):
+        DataCollatorForPLM(xlnet_tok, perm_mask_dtype=torch.long)
+
+
+@pytest.mark.parametrize("lengths", [[64, 64, 64], [64, 37, 51]])
+def test_input_kinds_give_identical_batches(xlnet_tok, texts, lengths):
+    """Lists (struct fast path / ragged padding), tuples, numpy arrays, tensors and bare id rows: same batch."""
+    import numpy as np
+
+    ex = make_examples(xlnet_tok, texts, lengths, seed=2)
+    ids = [e["input_ids"] for e in ex]
+    variants = {
+        "lists": [{"input_ids": r} for r in ids],
+        "tuples": [{"input_ids": tuple(r)} for r in ids],
+        "numpy": [{"input_ids": np.array(r)} for r in ids],
+        "numpy32": [{"input_ids": np.array(r, dtype=np.int32)} for r in ids],
+        "tensors": [{"input_ids": torch.tensor(r)} for r in ids],
+        "bare": [list(r) for r in ids],
+    }
+    out = {k: DataCollatorForPLM(xlnet_tok, num_predict=9, return_is_masked=True, seed=11)(v)
+           for k, v in variants.items()}
+    for k, batch in out.items():
+        for key in out["lists"]:
+            assert torch.equal(batch[key], out["lists"][key]), (k, key)
+    check_invariants(out["lists"], 9)
+
+
+def test_pad_ragged_numpy_paths_agree():
+    import numpy as np
+
+    from hf_xfmr.data._common import _list_rows_to_array, pad_ragged, pad_ragged_numpy
+
+    rows = [[5, 6, 7, 2**40], [1, 2, 3, 4]]
+    assert np.array_equal(_list_rows_to_array(rows, 2, 4, np.int64), np.array(rows))
+    assert np.array_equal(_list_rows_to_array([[1.0, 2.7]], 1, 2, np.int64), np.array([[1, 2]]))  # numpy fallback
+    with pytest.raises(TypeError):
+        _list_rows_to_array([[1, None]], 1, 2, np.int64)
+    for left in (False, True):
+        ragged = [[1, 2, 3], [4], [5, 6]]
+        out, real = pad_ragged_numpy(ragged, 0, length=4, left=left)
+        expect = [[0] * (4 - len(r)) + r if left else r + [0] * (4 - len(r)) for r in ragged]
+        assert out.tolist() == expect and real.tolist() == [[v != 0 for v in r] for r in expect]
+        t, tr = pad_ragged([torch.tensor(r) for r in ragged], 0, length=4, left=left)
+        assert t.tolist() == expect and torch.equal(tr, torch.from_numpy(real))
+
+
+def test_bool_perm_mask_is_bit_identical_in_xlnet(xlnet_tok, texts):
+    from transformers import XLNetConfig, XLNetLMHeadModel
+
+    torch.manual_seed(0)
+    cfg = XLNetConfig(vocab_size=len(xlnet_tok), d_model=32, n_layer=2, n_head=2, d_inner=64,
+                      pad_token_id=xlnet_tok.pad_token_id)
+    model = XLNetLMHeadModel(cfg).eval()
+    batch = DataCollatorForPLM(xlnet_tok, num_predict=6, seed=5)(make_examples(xlnet_tok, texts, [30, 24]))
+    with torch.no_grad():
+        a = model(**batch).logits
+        b = model(**{**batch, "perm_mask": batch["perm_mask"].float()}).logits
+    assert torch.equal(a, b)

@@ -1,13 +1,16 @@
 """Helpers shared by the collators: fast padding, special-token tables, seeded generators.
 
-Everything here works on whole batches with torch ops; the only Python loops run once per
+Everything here works on whole batches (torch or numpy ops); the only Python loops run once per
 example (to read its features), never once per token.
 """
 
+import struct
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
+from itertools import chain
 from typing import Any
 
+import numpy as np
 import torch
 
 IGNORE_INDEX = -100
@@ -81,6 +84,92 @@ def _as_list(x) -> list:
     return list(x)
 
 
+_NUMPY_INT = {torch.long: np.int64, torch.int32: np.int32, torch.int16: np.int16, torch.int8: np.int8,
+              torch.uint8: np.uint8, torch.bool: np.bool_}
+_STRUCT_CODE = {np.dtype(np.int64): "q", np.dtype(np.int32): "i", np.dtype(np.int16): "h", np.dtype(np.int8): "b",
+                np.dtype(np.uint8): "B"}
+
+
+def _list_rows_to_array(rows: list, B: int, L: int, dtype) -> np.ndarray:
+    """(B, L) array from B equal-length lists of ints: `struct.pack_into` straight into the array's
+    buffer (about 2x faster than `np.array` on Python ints); anything else goes through `np.array`."""
+    code = _STRUCT_CODE.get(np.dtype(dtype))
+    if code is not None:
+        out = np.empty((B, L), dtype=dtype)
+        try:
+            struct.pack_into(f"{B * L}{code}", out, 0, *chain.from_iterable(rows))
+            return out
+        except (struct.error, TypeError):
+            pass  # floats, None, nested sequences, out-of-range values: numpy decides
+    return np.array(rows, dtype=dtype)
+
+
+def pad_ragged_numpy(
+    rows: Sequence[Sequence[int]],
+    pad_value: int,
+    *,
+    length: int | None = None,
+    left: bool = False,
+    pad_to_multiple_of: int | None = None,
+    dtype=np.int64,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Stack rows (lists, numpy arrays or 1-D tensors) into a (B, L) numpy array + (B, L) bool real mask.
+
+    Fast paths: rows of one length are converted by a single call (`struct.pack_into` for int
+    lists, `np.stack` / `torch.stack` for arrays / tensors; several times faster than
+    `torch.tensor` on lists); ragged rows are copied row by row into a padded buffer.
+    """
+    if len(rows) == 0:
+        raise ValueError("Cannot collate an empty batch: the DataLoader passed no examples.")
+    if all(isinstance(r, torch.Tensor) for r in rows):
+        rows = [r.reshape(-1) for r in rows]
+        kind = "tensor"
+    elif all(isinstance(r, np.ndarray) for r in rows):
+        rows = [r.reshape(-1) for r in rows]
+        kind = "numpy"
+    else:
+        rows = [r if isinstance(r, (list, tuple)) else _as_list(r) for r in rows]
+        kind = "list"
+    lengths = [len(r) for r in rows]
+    longest = max(lengths)
+    max_len = longest if length is None else int(length)
+    if length is not None and longest > length:
+        raise ValueError(
+            f"An example has {longest} tokens, more than the fixed length {length}: truncate the "
+            "examples when tokenizing (truncation=True, max_length=...) or raise the length."
+        )
+    if pad_to_multiple_of:
+        max_len = -(-max_len // pad_to_multiple_of) * pad_to_multiple_of
+    B = len(rows)
+    if min(lengths) == max_len:  # no padding at all: one conversion call
+        if kind == "tensor":
+            out = torch.stack(rows).numpy().astype(dtype, copy=False)
+        elif kind == "numpy":
+            out = np.stack(rows).astype(dtype, copy=False)
+        else:
+            out = _list_rows_to_array(rows, B, max_len, dtype)
+        if out.ndim != 2:
+            raise ValueError(f"Expected rows of integers, got an array of shape {out.shape}.")
+        return out, np.ones((B, max_len), dtype=bool)
+    out = np.full((B, max_len), pad_value, dtype=dtype)
+    for b, r in enumerate(rows):  # one copy per example
+        if len(r) == 0:
+            continue
+        if kind == "tensor":
+            r = r.numpy()
+        if left:
+            out[b, max_len - len(r):] = r
+        else:
+            out[b, : len(r)] = r
+    pos = np.arange(max_len)
+    lens = np.array(lengths)
+    if left:
+        real = pos[None, :] >= (max_len - lens)[:, None]  # (B, L)
+    else:
+        real = pos[None, :] < lens[:, None]  # (B, L)
+    return out, real
+
+
 def pad_ragged(
     rows: Sequence[Sequence[int]],
     pad_value: int,
@@ -92,11 +181,16 @@ def pad_ragged(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Stack ragged int rows into a (B, L) tensor and a (B, L) bool mask of real positions.
 
-    Lists are padded with list arithmetic and converted by one `torch.tensor` call (C speed);
-    tensors are copied row by row. No per-token Python loop.
+    Integer dtypes go through `pad_ragged_numpy` (one numpy conversion, no per-token Python
+    loop); other dtypes: lists are padded with list arithmetic and converted by one
+    `torch.tensor` call, tensors are copied row by row.
     """
     if len(rows) == 0:
         raise ValueError("Cannot collate an empty batch: the DataLoader passed no examples.")
+    if dtype in _NUMPY_INT:
+        out, real = pad_ragged_numpy(rows, pad_value, length=length, left=left,
+                                     pad_to_multiple_of=pad_to_multiple_of, dtype=_NUMPY_INT[dtype])
+        return torch.from_numpy(out), torch.from_numpy(real)
     tensors = all(isinstance(r, torch.Tensor) for r in rows)
     if not tensors:
         rows = [r if isinstance(r, list) else _as_list(r) for r in rows]
