@@ -205,23 +205,15 @@ def test_bench_writes_results(tmp_path, capsys):
     assert row["params"]["hidden"] == 32
 
 
-def test_bench_runs_collator_benchmark_when_present(tmp_path, capsys, monkeypatch):
-    calls = []
-
-    def benchmark_collators(repeats=20, num_threads=None, batch_size=8):
-        calls.append(dict(repeats=repeats, num_threads=num_threads, batch_size=batch_size))
-        return [{"name": "mlm", "ours": 0.5, "reference": 1.0, "ratio": 2.0}]
-
-    monkeypatch.setattr(cli, "_collator_benchmark", lambda: benchmark_collators)
-    status, out, _ = run(["bench", "--cases", "collators", "--repeats", "3", "--threads", "1", "--output", str(tmp_path)], capsys)
-    assert status == 0
-    assert calls == [dict(repeats=3, num_threads=1, batch_size=8)]
-    assert "| name | ours | reference | ratio |" in out and "| mlm | 0.5 | 1 | 2 |" in out
-    assert json.loads((tmp_path / "collators.json").read_text())["results"][0]["name"] == "mlm"
-
-    monkeypatch.setattr(cli, "_collator_benchmark", lambda: None)
-    status, _, err = run(["bench", "--cases", "collators"], capsys)
-    assert status == 0 and "collator benchmark skipped" in err
+def test_bench_runs_the_collator_benchmark(tmp_path, capsys):
+    argv = ["bench", "--cases", "collators", "--tiny", "--repeats", "2", "--warmup", "0", "--threads", "1"]
+    status, out, err = run([*argv, "--output", str(tmp_path)], capsys)
+    assert status == 0, err
+    assert "DataCollatorForPermutationLanguageModeling" in out and "DataCollatorForLanguageModeling" in out
+    assert (tmp_path / "collators.md").read_text() in out
+    rows = json.loads((tmp_path / "collators.json").read_text())["results"]
+    assert {"plm", "mlm"} <= {row["name"].split()[0] for row in rows}
+    assert all(row["ours_per_s"] > 0 and row["ref_per_s"] > 0 for row in rows)
 
 
 def test_adding_a_command_is_one_function(monkeypatch, capsys):

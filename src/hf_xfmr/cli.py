@@ -193,42 +193,15 @@ def _add_convert(subparsers) -> None:
 # hf-xfmr bench
 # ----------------------------------------------------------------------------------------------
 
-COLLATORS = "collators"  # pseudo-case: hf_xfmr.data.bench.benchmark_collators, when it exists
+COLLATORS = "collators"  # pseudo-case: the data collator benchmark (hf_xfmr.data.bench)
 
 
-def _collator_benchmark() -> Callable | None:
-    try:
-        from hf_xfmr.data.bench import benchmark_collators
-    except ImportError:
-        return None
-    return benchmark_collators
+def _run_collator_benchmark(args: argparse.Namespace, threads: int, tiny: bool) -> list[dict[str, Any]]:
+    from hf_xfmr.data.bench import benchmark_collators
 
-
-def _run_collator_benchmark(func: Callable, args: argparse.Namespace, threads: int, tiny: bool) -> Any:
-    """Call `benchmark_collators` with whichever of our options its signature accepts."""
-    import inspect
-
-    offered = {
-        "repeats": args.repeats,
-        "warmup": args.warmup,
-        "threads": threads,
-        "num_threads": threads,
-        "quick": tiny,
-        **({"batch_size": 2, "seq_len": 64} if tiny else {}),
-    }
-    params = inspect.signature(func).parameters
-    kwargs = {k: v for k, v in offered.items() if v is not None and k in params}
-    return func(**kwargs)
-
-
-def _rows_markdown(rows: list[dict[str, Any]]) -> str:
-    """A plain markdown table of a list of flat dicts (for results of other benchmarks)."""
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        cells = [f"{v:.3g}" if isinstance(v, float) else str(v) for v in (row.get(c, "") for c in columns)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    sizes = {"batch_size": 2, "seq_len": 64} if tiny else {}
+    repeats = args.repeats if args.repeats is not None else (5 if tiny else 40)
+    return benchmark_collators(**sizes, repeats=repeats, warmup=args.warmup, num_threads=threads)
 
 
 def _selected_cases(args: argparse.Namespace) -> tuple[list[tuple[str, dict]], bool, bool]:
@@ -259,10 +232,9 @@ def _run_bench(args: argparse.Namespace) -> int:
         width = max(map(len, [*benchmark.CASES, COLLATORS]))
         for name in sorted(benchmark.CASES):
             print(f"{name:<{width}}  {benchmark.case_summary(name)}")
-        available = "available" if _collator_benchmark() else "not available in this version"
-        print(f"{COLLATORS:<{width}}  data collator throughput (hf_xfmr.data.bench; {available})")
+        print(f"{COLLATORS:<{width}}  data collator throughput, ours vs transformers' (hf_xfmr.data.bench)")
         for suite, cases in benchmark.SUITES.items():
-            print(f"suite {suite}: {', '.join(n for n, _ in cases)}" + (f", {COLLATORS}" if _collator_benchmark() else ""))
+            print(f"suite {suite}: {', '.join(n for n, _ in cases)}, {COLLATORS}")
         return 0
     if args.repeats is not None and args.repeats < 1:
         raise CommandError("--repeats must be >= 1")
@@ -294,26 +266,18 @@ def _run_bench(args: argparse.Namespace) -> int:
             benchmark.to_json(results, out / "models.json", suite=args.suite, tiny=tiny)
             (out / "models.md").write_text(table)
 
-    collators = _collator_benchmark() if with_collators else None
-    if with_collators and collators is None:
-        print("collator benchmark skipped: hf_xfmr.data.bench.benchmark_collators is not available", file=sys.stderr)
-    status = 0
-    if collators is not None:
-        try:
-            rows = _run_collator_benchmark(collators, args, threads, tiny)
-        except Exception as err:  # another module's benchmark: report it, keep the model results
-            print(f"hf-xfmr bench: collator benchmark failed: {type(err).__name__}: {err}", file=sys.stderr)
-            status = 1
-        else:
-            text = rows if isinstance(rows, str) else _rows_markdown(list(rows))
-            print(text)
-            if out:
-                if not isinstance(rows, str):
-                    benchmark.to_json(list(rows), out / "collators.json")
-                (out / "collators.md").write_text(text)
+    if with_collators:
+        from hf_xfmr.data.bench import markdown_table
+
+        rows = _run_collator_benchmark(args, threads, tiny)
+        text = markdown_table(rows)
+        print(text)
+        if out:
+            benchmark.to_json(rows, out / "collators.json")
+            (out / "collators.md").write_text(text)
     if out:
         print(f"results written to {out}/", file=sys.stderr)
-    return status
+    return 0
 
 
 def _add_bench(subparsers) -> None:
