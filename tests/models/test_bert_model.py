@@ -178,3 +178,13 @@ def test_classifier_head_named_for_peft_defaults():
 def test_version_and_public_api():
     assert hf_xfmr.__version__
     assert callable(hf_xfmr.from_transformers) and callable(hf_xfmr.to_transformers)
+
+
+def test_return_dict_false_gives_tuples_like_transformers(tiny_mlm):
+    ids = torch.randint(0, 1000, (2, 8))
+    labels = ids.clone()
+    loss, logits = tiny_mlm(input_ids=ids, labels=labels, return_dict=False)
+    out = tiny_mlm(input_ids=ids, labels=labels)
+    assert torch.equal(loss, out.loss) and torch.equal(logits, out.logits)
+    hidden, pooled = XfmrBertModel(XfmrBertConfig.from_preset("tiny")).eval()(input_ids=ids, return_dict=False)
+    assert hidden.shape == (2, 8, 32) and pooled.shape == (2, 32)

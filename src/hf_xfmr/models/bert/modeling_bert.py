@@ -273,9 +273,10 @@ class XfmrBertHeadModel(XfmrBertPreTrainedModel):
             output_hidden_states=output_hidden_states, return_dict=True,
         )
 
-    @staticmethod
-    def finish(output, return_dict):
-        return output if return_dict is not False else output.to_tuple()
+    def finish(self, output, return_dict):
+        """The output object, or its tuple form when `return_dict` (or the config's default) says so."""
+        return_dict = self.config.use_return_dict if return_dict is None else return_dict
+        return output if return_dict else output.to_tuple()
 
 
 class XfmrBertForMaskedLM(XfmrBertHeadModel):

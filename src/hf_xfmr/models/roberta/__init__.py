@@ -1,6 +1,6 @@
 """RoBERTa (xfmr-roberta): BERT's encoder with RoBERTa's positions and heads."""
 
-from ..bert.configuration_bert import XfmrRobertaConfig
+from .configuration_roberta import XfmrRobertaConfig
 from .modeling_roberta import *  # noqa: F403
 from .modeling_roberta import __all__ as _modeling_all
 

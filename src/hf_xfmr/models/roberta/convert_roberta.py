@@ -2,7 +2,7 @@
 
 from transformers import RobertaConfig
 
-from ..bert.configuration_bert import XfmrRobertaConfig
+from .configuration_roberta import XfmrRobertaConfig
 from ..bert.convert_bert import ENCODER_RULES, check_hf_config, pooler_kwargs
 from ..conversion import Conversion
 from .modeling_roberta import (

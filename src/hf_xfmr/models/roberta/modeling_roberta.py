@@ -18,7 +18,7 @@ from torch import nn
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from ...layers.mlp import get_activation
-from ..bert.configuration_bert import XfmrRobertaConfig
+from .configuration_roberta import XfmrRobertaConfig
 from ..bert.modeling_bert import (
     XfmrBertEmbeddings,
     XfmrBertForMaskedLM,
