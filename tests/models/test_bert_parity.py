@@ -238,3 +238,21 @@ def test_bf16_outputs_track_the_reference():
     assert b.logits.dtype == torch.bfloat16
     assert_close(b.logits.float(), a.logits.float(), atol=0.05, rtol=0.05)
     assert_close(b.loss.float(), a.loss.float(), atol=0.02, rtol=0.01)
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(hidden_act="gelu_new"), dict(hidden_act="relu"), dict(hidden_act="silu"),
+    dict(tie_word_embeddings=False), dict(layer_norm_eps=1e-5, classifier_dropout=0.2),
+])
+def test_config_variants_convert_with_parity(overrides):
+    ref = transformers.BertForMaskedLM(tiny_hf_config("bert", **overrides)).eval()
+    ours = hf_xfmr.from_transformers(ref).eval()
+    for key, value in overrides.items():
+        assert getattr(ours.config, key) == value
+    tied = ours.lm_head.decoder.weight is ours.model.embeddings.word_embeddings.weight
+    assert tied == overrides.get("tie_word_embeddings", True)
+    inputs = make_inputs("bert", "masked-lm")
+    assert_close(ours(**inputs).logits, ref(**inputs).logits, atol=ATOL, rtol=RTOL)
+    back = hf_xfmr.to_transformers(ours)
+    for (name, a), (_, b) in zip(ref.state_dict().items(), back.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
