@@ -189,7 +189,7 @@ class XfmrBertModel(XfmrBertPreTrainedModel):
         output_hidden_states = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
-        return_dict = self.config.use_return_dict if return_dict is None else return_dict
+        return_dict = self.config.return_dict if return_dict is None else return_dict
 
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, C)
         # A mask of all ones is dropped so SDPA can take its fastest unmasked kernel.
@@ -275,7 +275,7 @@ class XfmrBertHeadModel(XfmrBertPreTrainedModel):
 
     def finish(self, output, return_dict):
         """The output object, or its tuple form when `return_dict` (or the config's default) says so."""
-        return_dict = self.config.use_return_dict if return_dict is None else return_dict
+        return_dict = self.config.return_dict if return_dict is None else return_dict
         return output if return_dict else output.to_tuple()
 
 
