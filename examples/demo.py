@@ -2,7 +2,8 @@
 
 1. trains a WordPiece tokenizer on the embedded corpus (Python's own documentation: no download);
 2. pretrains a small XfmrBertForMaskedLM with the whole-word MLM collator (15%, 80/10/10);
-3. shows the loss falling and fills a mask with the transformers `fill-mask` pipeline;
+3. shows the loss falling, measures masked-token accuracy on held-out paragraphs against a
+   most-frequent-token baseline, and fills masks with the transformers `fill-mask` pipeline;
 4. saves it as safetensors, reloads it through `AutoModelForMaskedLM`, and converts it to transformers'
    `BertForMaskedLM` and back, checking that all three give the same logits.
 
@@ -37,6 +38,27 @@ def parse_args():
     return parser.parse_args()
 
 
+@torch.no_grad()
+def masked_token_accuracy(model, collator, train_examples, held_out, seed):
+    """Top-1 accuracy on the masked positions of held-out paragraphs, and the accuracy of always
+    predicting the most frequent training token (what a model that learned nothing but unigrams gets)."""
+    counts = torch.bincount(torch.tensor([i for ex in train_examples for i in ex["input_ids"]]),
+                            minlength=model.config.vocab_size)
+    counts[collator.special_ids] = 0
+    most_frequent = int(counts.argmax())
+    collator = DataCollatorForMLM(collator.tokenizer, mlm_probability=0.15, whole_word_mask=True, seed=seed + 1)
+    hits = baseline_hits = total = 0
+    for start in range(0, len(held_out), 64):
+        batch = collator(held_out[start:start + 64])
+        labels = batch.pop("labels")
+        logits = model(**batch).logits
+        labelled = labels != -100
+        hits += int((logits.argmax(-1)[labelled] == labels[labelled]).sum())
+        baseline_hits += int((labels[labelled] == most_frequent).sum())
+        total += int(labelled.sum())
+    return hits / total, baseline_hits / total
+
+
 def main():
     args = parse_args()
     torch.manual_seed(args.seed)
@@ -49,6 +71,7 @@ def main():
     texts = [p for doc in corpus for p in document_text(doc).split("\n") if len(p.split()) >= 8]
     encoded = tokenize_for_mlm(tokenizer, texts, max_length=args.seq_len)
     examples = [dict(zip(encoded, values)) for values in zip(*encoded.values())]
+    held_out, examples = examples[:256], examples[256:]  # evaluation paragraphs never trained on
     collator = DataCollatorForMLM(tokenizer, mlm_probability=0.15, whole_word_mask=True, seed=args.seed)
     loader = DataLoader(examples, batch_size=args.batch_size, shuffle=True, collate_fn=collator,
                         generator=torch.Generator().manual_seed(args.seed), drop_last=True)
@@ -85,8 +108,10 @@ def main():
         raise SystemExit("demo failed: the MLM loss did not fall")
 
     model.eval()
+    accuracy, baseline = masked_token_accuracy(model, collator, examples, held_out, args.seed)
+    print(f"      held-out masked-token accuracy {accuracy:.1%} (always guessing the most frequent token: {baseline:.1%})")
     fill = pipeline("fill-mask", model=model, tokenizer=tokenizer, top_k=3)
-    for sentence in ("Return a new [MASK] with the same elements.", "The [MASK] statement is used for exception handling."):
+    for sentence in ("Return a new list [MASK] the same elements.", "The try statement is used [MASK] exception handling."):
         guesses = ", ".join(f"{p['token_str']!r} ({p['score']:.2f})" for p in fill(sentence))
         print(f"[3/4] {sentence!r} -> {guesses}")
 
