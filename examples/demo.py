@@ -110,6 +110,8 @@ def main():
     model.eval()
     accuracy, baseline = masked_token_accuracy(model, collator, examples, held_out, args.seed)
     print(f"      held-out masked-token accuracy {accuracy:.1%} (always guessing the most frequent token: {baseline:.1%})")
+    if not accuracy > baseline:
+        raise SystemExit("demo failed: the model predicts masked tokens no better than the unigram baseline")
     fill = pipeline("fill-mask", model=model, tokenizer=tokenizer, top_k=3)
     for sentence in ("Return a new list [MASK] the same elements.", "The try statement is used [MASK] exception handling."):
         guesses = ", ".join(f"{p['token_str']!r} ({p['score']:.2f})" for p in fill(sentence))
