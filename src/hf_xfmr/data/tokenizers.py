@@ -83,6 +83,11 @@ def train_tokenizer(kind: str = "wordpiece", corpus=None, vocab_size: int = 8000
         `datasets` corpus with a `text` column (see `load_corpus`) or any iterable of strings.
     style: which special tokens and template (see the module table); defaults from `kind`.
     lowercase: defaults to True for WordPiece (uncased BERT), False otherwise.
+
+    Reproducibility: byte-level BPE training is deterministic, but `tokenizers` (0.23) trains WordPiece
+    and Unigram vocabularies that can differ slightly from run to run on the same corpus (hash-map order
+    breaks ties; upstream huggingface/tokenizers#1794). Train once and `save_pretrained` the tokenizer
+    when runs must be comparable.
     """
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
