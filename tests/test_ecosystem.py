@@ -81,3 +81,26 @@ def test_lora_adapts_only_adapters_and_the_classifier(wordpiece_tokenizer, tmp_p
     torch.testing.assert_close(reloaded(**batch).logits, expected, atol=1e-6, rtol=1e-5)
     merged = reloaded.merge_and_unload()
     torch.testing.assert_close(merged(**batch).logits, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_trainer_pretrains_mlm_with_our_whole_word_collator(wordpiece_tokenizer, tmp_path):
+    """Trainer + DataCollatorForMLM (whole words, needs the word_ids column) + sparse prediction."""
+    from hf_xfmr.data import DataCollatorForMLM, tokenize_for_mlm
+
+    torch.manual_seed(0)
+    sentences = ["the cat and the dog", "paris is the capital of france", "london is the capital of england",
+                 "the king and the queen", "a happy child and a sad child"] * 8
+    data = Dataset.from_dict(tokenize_for_mlm(wordpiece_tokenizer, sentences, max_length=16))
+    assert "word_ids" in data.column_names
+    collator = DataCollatorForMLM(wordpiece_tokenizer, mlm_probability=0.3, whole_word_mask=True, seed=0)
+    model = XfmrBertForMaskedLM(tiny_config(wordpiece_tokenizer, sparse_prediction=True))
+    args = TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=8, num_train_epochs=8, learning_rate=3e-3,
+        logging_steps=5, save_strategy="no", report_to=[], use_cpu=True, seed=0, disable_tqdm=True,
+        remove_unused_columns=False,  # keep `word_ids` for whole-word masking
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=collator)
+    trainer.train()
+    losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
+    assert len(losses) >= 6
+    assert losses[-1] < 0.7 * losses[0], losses

@@ -229,7 +229,8 @@ class DataCollatorForMLM(SeededMixin):
                 raise ValueError(
                     "whole_word_mask=True needs word boundaries: give each example a 'word_ids' list "
                     "(hf_xfmr.data.tokenize_for_mlm adds it) or an 'offset_mapping' "
-                    "(tokenize with return_offsets_mapping=True, fast tokenizer)."
+                    "(tokenize with return_offsets_mapping=True, fast tokenizer). With Trainer, also pass "
+                    "TrainingArguments(remove_unused_columns=False), which otherwise drops these columns."
                 )
         starts = word_starts(special, word_ids, offsets)
         selected = sample_units(starts, self.mlm_probability, self.max_ngram, g) & ~special  # (B, L)
