@@ -37,29 +37,6 @@ def _add_parser(subparsers, name: str, *, help: str, description: str, epilog: s
 # hf-xfmr convert
 # ----------------------------------------------------------------------------------------------
 
-# Task name -> the transformers Auto class that loads an hf_xfmr checkpoint of that task.
-_AUTO_CLASS_BY_TASK = {
-    "base": "AutoModel",
-    "pretraining": "AutoModelForPreTraining",
-    "masked-lm": "AutoModelForMaskedLM",
-    "causal-lm": "AutoModelForCausalLM",
-    "sequence-classification": "AutoModelForSequenceClassification",
-    "token-classification": "AutoModelForTokenClassification",
-    "question-answering": "AutoModelForQuestionAnswering",
-    "multiple-choice": "AutoModelForMultipleChoice",
-}
-# Class-name suffix (of config.json "architectures") -> task; longest suffix wins.
-_TASK_BY_SUFFIX = {
-    "Model": "base",
-    "ForPreTraining": "pretraining",
-    "ForMaskedLM": "masked-lm",
-    "ForCausalLM": "causal-lm",
-    "LMHeadModel": "causal-lm",
-    "ForSequenceClassification": "sequence-classification",
-    "ForTokenClassification": "token-classification",
-    "ForQuestionAnswering": "question-answering",
-    "ForMultipleChoice": "multiple-choice",
-}
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -73,16 +50,6 @@ TOKENIZER_FILES = (
     "tokenizer.model",
     "chat_template.jinja",
 )
-
-
-def _task_from_architectures(architectures: list[str]) -> str:
-    if not architectures:
-        return "base"
-    name = architectures[0]
-    for suffix in sorted(_TASK_BY_SUFFIX, key=len, reverse=True):
-        if name.endswith(suffix):
-            return _TASK_BY_SUFFIX[suffix]
-    raise CommandError(f"cannot tell the task of architecture {name!r}; pass --task")
 
 
 def _read_config(src: Path) -> dict[str, Any]:
@@ -103,10 +70,10 @@ def _read_config(src: Path) -> dict[str, Any]:
 
 
 def _run_convert(args: argparse.Namespace) -> int:
-    import transformers
     from transformers import CONFIG_MAPPING
 
     import hf_xfmr
+    from hf_xfmr.models.conversion import load_checkpoint
 
     src, out = Path(args.src), Path(args.out)
     config = _read_config(src)
@@ -131,9 +98,7 @@ def _run_convert(args: argparse.Namespace) -> int:
         if direction == "xfmr":
             model = hf_xfmr.from_transformers(src, task=args.task)
         else:
-            task = args.task or _task_from_architectures(config.get("architectures") or [])
-            auto_class = getattr(transformers, _AUTO_CLASS_BY_TASK[task])
-            model = hf_xfmr.to_transformers(auto_class.from_pretrained(src))
+            model = hf_xfmr.to_transformers(load_checkpoint(src, task=args.task))
     except (ValueError, KeyError, TypeError, NotImplementedError, OSError) as err:
         # The converters raise these with a message meant for the user (unsupported architecture/head,
         # missing weights): show it as a command error rather than a traceback.

@@ -179,49 +179,13 @@ def pad_ragged(
     pad_to_multiple_of: int | None = None,
     dtype: torch.dtype = torch.long,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stack ragged int rows into a (B, L) tensor and a (B, L) bool mask of real positions.
-
-    Integer dtypes go through `pad_ragged_numpy` (one numpy conversion, no per-token Python
-    loop); other dtypes: lists are padded with list arithmetic and converted by one
-    `torch.tensor` call, tensors are copied row by row.
-    """
-    if len(rows) == 0:
-        raise ValueError("Cannot collate an empty batch: the DataLoader passed no examples.")
-    if dtype in _NUMPY_INT:
-        out, real = pad_ragged_numpy(rows, pad_value, length=length, left=left,
-                                     pad_to_multiple_of=pad_to_multiple_of, dtype=_NUMPY_INT[dtype])
-        return torch.from_numpy(out), torch.from_numpy(real)
-    tensors = all(isinstance(r, torch.Tensor) for r in rows)
-    if not tensors:
-        rows = [r if isinstance(r, list) else _as_list(r) for r in rows]
-    lengths = [len(r) for r in rows]
-    max_len = max(lengths) if length is None else int(length)
-    if length is not None and max(lengths) > length:
-        raise ValueError(
-            f"An example has {max(lengths)} tokens, more than the fixed length {length}: truncate the "
-            "examples when tokenizing (truncation=True, max_length=...) or raise the length."
-        )
-    if pad_to_multiple_of:
-        max_len = -(-max_len // pad_to_multiple_of) * pad_to_multiple_of
-    if tensors:
-        out = torch.full((len(rows), max_len), pad_value, dtype=dtype)
-        for b, r in enumerate(rows):  # one copy per example
-            r = r.reshape(-1)
-            if left:
-                out[b, max_len - r.numel():] = r
-            else:
-                out[b, : r.numel()] = r
-    elif left:
-        out = torch.tensor([[pad_value] * (max_len - len(r)) + r for r in rows], dtype=dtype)
-    else:
-        out = torch.tensor([r + [pad_value] * (max_len - len(r)) for r in rows], dtype=dtype)
-    pos = torch.arange(max_len)
-    lens = torch.tensor(lengths)
-    if left:
-        real = pos[None, :] >= (max_len - lens)[:, None]  # (B, L)
-    else:
-        real = pos[None, :] < lens[:, None]  # (B, L)
-    return out, real
+    """`pad_ragged_numpy` returning torch tensors: a (B, L) `dtype` tensor and a (B, L) bool mask of
+    real positions. Only integer (and bool) dtypes: collators pad ids, masks and positions."""
+    if dtype not in _NUMPY_INT:
+        raise ValueError(f"pad_ragged pads integer rows; got dtype {dtype} (valid: {', '.join(map(str, _NUMPY_INT))}).")
+    out, real = pad_ragged_numpy(rows, pad_value, length=length, left=left,
+                                 pad_to_multiple_of=pad_to_multiple_of, dtype=_NUMPY_INT[dtype])
+    return torch.from_numpy(out), torch.from_numpy(real)
 
 
 def read_features(examples: Sequence[Any]) -> dict[str, list]:

@@ -107,11 +107,6 @@ def benchmark_collators(batch_size: int = 8, seq_len: int = 512, repeats: int = 
         torch.set_num_threads(previous_threads)
 
 
-def run(quick: bool = False) -> list[dict]:
-    """Entry point for `hf-xfmr bench`: the collator rows at seq 512, batch 8."""
-    return benchmark_collators(repeats=5 if quick else 40, warmup=1 if quick else 5)
-
-
 def markdown_table(rows: list[dict]) -> str:
     lines = ["| collator | reference | batch x seq | threads | ours (ex/s) | reference (ex/s) | speed-up |",
              "|---|---|---|---:|---:|---:|---:|"]

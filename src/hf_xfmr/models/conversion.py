@@ -137,18 +137,13 @@ class Conversion:
         return out
 
     # -- tasks -----------------------------------------------------------------------------------
-    def task_of_hf_class(self, name: str) -> str:
-        for task, (hf_name, _) in self.tasks.items():
-            if hf_name == name:
+    def task_of_class_name(self, name: str, *, ours: bool = False) -> str:
+        """The task of a class named `name`: one of ours (`ours=True`) or of transformers."""
+        for task, (hf_name, our_class) in self.tasks.items():
+            if name == (our_class.__name__ if ours else hf_name):
                 return task
-        supported = ", ".join(hf for hf, _ in self.tasks.values())
+        supported = ", ".join(our.__name__ if ours else hf for hf, our in self.tasks.values())
         raise ValueError(f"hf_xfmr cannot convert a {name}; supported {self.hf_model_type} classes: {supported}.")
-
-    def task_of_our_class(self, cls) -> str:
-        for task, (_, ours) in self.tasks.items():
-            if ours is cls:
-                return task
-        raise ValueError(f"{cls.__name__} has no transformers counterpart.")
 
     def check_task(self, task: str) -> None:
         if task not in self.tasks:
@@ -185,21 +180,29 @@ def _attn_kwargs(config) -> dict:
     return {"attn_implementation": implementation} if implementation in ("eager", "sdpa") else {}
 
 
-def _load_transformers_dir(path: Path, task: str | None) -> PreTrainedModel:
+def load_checkpoint(path, task: str | None = None) -> PreTrainedModel:
+    """Load a local checkpoint folder of either format: hf_xfmr (`xfmr-*` model type) or transformers.
+
+    `task` picks the head; by default the folder's own (its config's `architectures`), else "base".
+    """
+    path = Path(path)
     config_file = path / "config.json"
     if not config_file.is_file():
         raise FileNotFoundError(
-            f"{path} is not a transformers checkpoint: it has no config.json. Pass a directory written by "
+            f"{path} is not a checkpoint: it has no config.json. Pass a directory written by "
             f"`save_pretrained` (config.json + model.safetensors)."
         )
-    model_type = json.loads(config_file.read_text()).get("model_type")
-    conversion = _conversion_for(model_type, ours=False)
+    config = json.loads(config_file.read_text())
+    model_type = config.get("model_type")
+    ours = any(c.config_class.model_type == model_type for c in conversions())
+    conversion = _conversion_for(model_type, ours=ours)
     if task is None:
-        architectures = json.loads(config_file.read_text()).get("architectures") or []
-        task = conversion.task_of_hf_class(architectures[0]) if architectures else "base"
+        architectures = config.get("architectures") or []
+        task = conversion.task_of_class_name(architectures[0], ours=ours) if architectures else "base"
     conversion.check_task(task)
-    hf_class = getattr(transformers, conversion.tasks[task][0])
-    return hf_class.from_pretrained(path)
+    hf_name, our_class = conversion.tasks[task]
+    model_class = our_class if ours else getattr(transformers, hf_name)
+    return model_class.from_pretrained(path)
 
 
 def from_transformers(src, *, task: str | None = None) -> PreTrainedModel:
@@ -218,12 +221,12 @@ def from_transformers(src, *, task: str | None = None) -> PreTrainedModel:
         path = Path(src)
         if not path.is_dir():
             raise FileNotFoundError(f"{path} is not a directory; pass a transformers model or a checkpoint folder.")
-        src = _load_transformers_dir(path, task)
+        src = load_checkpoint(path, task)
     if not isinstance(src, PreTrainedModel):
         raise TypeError(f"`src` must be a transformers PreTrainedModel or a directory, got {type(src).__name__}.")
 
     conversion = _conversion_for(src.config.model_type, ours=False)
-    src_task = conversion.task_of_hf_class(type(src).__name__)
+    src_task = conversion.task_of_class_name(type(src).__name__)
     task = src_task if task is None else task
     conversion.check_task(task)
     if task != src_task:
@@ -247,7 +250,7 @@ def to_transformers(model: PreTrainedModel) -> PreTrainedModel:
     if not isinstance(model, PreTrainedModel):
         raise TypeError(f"`model` must be an hf_xfmr model, got {type(model).__name__}.")
     conversion = _conversion_for(model.config.model_type, ours=True)
-    task = conversion.task_of_our_class(type(model))
+    task = conversion.task_of_class_name(type(model).__name__, ours=True)
     hf_config = conversion.config_to_transformers(model.config)
     hf_class = getattr(transformers, conversion.tasks[task][0])
     hf_model = hf_class._from_config(hf_config, dtype=model.dtype, **_attn_kwargs(model.config),
