@@ -5,10 +5,7 @@
 
 __version__ = "0.1.0"
 
-from .models import register_auto_classes as _register_auto_classes
-
-_register_auto_classes()
-
-from .models.conversion import from_transformers, to_transformers  # noqa: E402
+from . import models  # noqa: F401  (registers every architecture with the Auto classes)
+from .models.conversion import from_transformers, to_transformers
 
 __all__ = ["__version__", "from_transformers", "to_transformers"]

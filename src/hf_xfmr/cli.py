@@ -117,7 +117,8 @@ def _run_convert(args: argparse.Namespace) -> int:
 
 
 def _add_convert(subparsers) -> None:
-    from hf_xfmr.models.conversion import TASKS
+    import hf_xfmr  # noqa: F401  (registers the architectures, hence their tasks)
+    from hf_xfmr.models import supported_tasks
 
     parser = _add_parser(
         subparsers,
@@ -147,7 +148,7 @@ def _add_convert(subparsers) -> None:
     )
     parser.add_argument(
         "--task",
-        choices=TASKS,
+        choices=supported_tasks(),
         default=None,
         help="head to convert to; default: SRC's own head (from config.json 'architectures')",
     )

@@ -1,49 +1,8 @@
-"""The architectures. `register_auto_classes()` (run by `import hf_xfmr`) registers each one with
-the transformers Auto classes under its own `xfmr-*` model type, never replacing a built-in mapping."""
+"""The architectures, one package each. Importing this package imports every architecture, and each
+registers itself (`registry.register_architecture`: the Auto classes; `conversion.register_conversion`:
+the transformers converters). Adding an architecture = its package + one line below."""
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForMultipleChoice,
-    AutoModelForPreTraining,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
+from . import bert, roberta  # noqa: F401  (each registers itself on import)
+from .registry import Architecture, architectures, get_architecture, supported_tasks
 
-# Head-class suffix -> the Auto class that should resolve it.
-AUTO_CLASS_BY_SUFFIX = {
-    "Model": AutoModel,
-    "ForPreTraining": AutoModelForPreTraining,
-    "ForMaskedLM": AutoModelForMaskedLM,
-    "ForSequenceClassification": AutoModelForSequenceClassification,
-    "ForTokenClassification": AutoModelForTokenClassification,
-    "ForQuestionAnswering": AutoModelForQuestionAnswering,
-    "ForMultipleChoice": AutoModelForMultipleChoice,
-}
-
-
-def architectures():
-    """(config_class, [model classes]) for every architecture hf_xfmr provides."""
-    from . import bert, roberta
-
-    return [bert.ARCHITECTURE, roberta.ARCHITECTURE]
-
-
-def auto_class_for(model_class):
-    """The transformers Auto class that loads `model_class` (chosen by its name's suffix)."""
-    name = model_class.__name__
-    for suffix in sorted(AUTO_CLASS_BY_SUFFIX, key=len, reverse=True):
-        if name.endswith(suffix):
-            return AUTO_CLASS_BY_SUFFIX[suffix]
-    raise ValueError(f"{name} has no matching Auto class; known suffixes: {', '.join(AUTO_CLASS_BY_SUFFIX)}.")
-
-
-def register_auto_classes() -> None:
-    for config_class, model_classes in architectures():
-        AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
-        for model_class in model_classes:
-            # exist_ok only tolerates re-registering *our* classes (e.g. after importlib.reload);
-            # our model types never collide with built-in ones.
-            auto_class_for(model_class).register(config_class, model_class, exist_ok=True)
+__all__ = ["Architecture", "architectures", "get_architecture", "supported_tasks"]

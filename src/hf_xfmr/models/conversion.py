@@ -1,9 +1,9 @@
 """Conversion between transformers checkpoints and hf_xfmr models.
 
 Each architecture describes itself once in its `convert_<arch>.py` as a `Conversion`: which transformers
-classes match which of ours (by task), and the key renaming rules. This module holds the machinery
-that applies such a description in either direction, and the public `from_transformers` /
-`to_transformers` entry points.
+classes match which of ours (by task), and the key renaming rules; its package registers it with
+`register_conversion`. This module holds the machinery that applies such a description in either
+direction, and the public `from_transformers` / `to_transformers` entry points; it imports no architecture.
 """
 
 import dataclasses
@@ -16,17 +16,6 @@ from typing import Callable
 import torch
 import transformers
 from transformers import PretrainedConfig, PreTrainedModel
-
-TASKS = (
-    "base",
-    "pretraining",
-    "masked-lm",
-    "causal-lm",
-    "sequence-classification",
-    "token-classification",
-    "question-answering",
-    "multiple-choice",
-)
 
 # Config fields every PreTrainedConfig carries that describe the task rather than the architecture.
 TASK_CONFIG_FIELDS = ("id2label", "label2id", "problem_type")
@@ -152,11 +141,19 @@ class Conversion:
             )
 
 
-def conversions() -> list[Conversion]:
-    from .bert.convert_bert import CONVERSION as BERT
-    from .roberta.convert_roberta import CONVERSION as ROBERTA
+_CONVERSIONS: dict[str, Conversion] = {}
 
-    return [BERT, ROBERTA]
+
+def register_conversion(conversion: Conversion) -> Conversion:
+    """Make `conversion` available to `from_transformers` / `to_transformers` (each architecture
+    package registers its own; this module imports no architecture)."""
+    _CONVERSIONS[conversion.hf_model_type] = conversion
+    return conversion
+
+
+def conversions() -> list[Conversion]:
+    """Every registered conversion, in registration order."""
+    return list(_CONVERSIONS.values())
 
 
 def _conversion_for(model_type: str, *, ours: bool) -> Conversion:
