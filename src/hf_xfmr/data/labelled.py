@@ -186,7 +186,7 @@ def load_vader_sentiment(sources=None, *, num_classes: int = 2, neutral_margin: 
         splits[_split_of(row, seed, validation_size, test_size)].append({**row, "label": label})
     features = datasets.Features({
         "text": datasets.Value("string"), "label": datasets.ClassLabel(names=names),
-        "rating": datasets.Value("float32"), "source": datasets.Value("string"), "id": datasets.Value("string"),
+        "rating": datasets.Value("float64"), "source": datasets.Value("string"), "id": datasets.Value("string"),
     })
     return datasets.DatasetDict({
         name: datasets.Dataset.from_list(rows, features=features) for name, rows in splits.items() if rows

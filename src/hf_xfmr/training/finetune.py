@@ -561,14 +561,19 @@ def _from_checkpoint(args: FinetuneArguments, data: "_TaskData"):
     return model, fresh
 
 
-def _from_scratch(args: FinetuneArguments, data: _TaskData, tokenizer):
+def _scratch_architecture(args: FinetuneArguments):
+    """(architecture, model class) for --arch and --task, or a FinetuneError."""
     from hf_xfmr.models import get_architecture
 
     try:
         arch = get_architecture(args.arch)
     except ValueError as err:
         raise FinetuneError(f"--arch: {err}") from None
-    model_class = _model_class(arch, args.task)
+    return arch, _model_class(arch, args.task)
+
+
+def _from_scratch(args: FinetuneArguments, data: _TaskData, tokenizer):
+    arch, model_class = _scratch_architecture(args)
     kwargs = {"vocab_size": _vocab_size(tokenizer), **_token_id_kwargs(arch.config_class, tokenizer),
               **_label_kwargs(data), **_parse_overrides(args.config_overrides)}
     try:
@@ -806,6 +811,8 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
     if args.model_name_or_path is not None and not (Path(args.model_name_or_path) / "config.json").is_file():
         raise FinetuneError(f"--model_name_or_path {args.model_name_or_path} is not a checkpoint folder (no "
                             "config.json there).")
+    if args.arch is not None:
+        _scratch_architecture(args)  # fail on an unknown architecture or head before loading any data
     out = _prepare_output(args)
     transformers.set_seed(args.seed)
 
