@@ -210,6 +210,9 @@ def test_bad_data_and_models_fail_before_training(tmp_path, wordpiece_tokenizer,
         finetune(quick_args(tmp_path / "a", label_column="sentiment"), dataset=data, tokenizer=wordpiece_tokenizer)
     with pytest.raises(FinetuneError, match="none of text, sentence.*--text_column"):
         finetune(quick_args(tmp_path / "b"), dataset=data.rename_column("text", "body"), tokenizer=wordpiece_tokenizer)
+    unlabelled_test = datasets.DatasetDict({**data, "test": data["validation"].remove_columns("label")})
+    with pytest.raises(FinetuneError, match="Split 'test' lacks column\\(s\\) label \\(its columns: text\\)"):
+        finetune(quick_args(tmp_path / "h"), dataset=unlabelled_test, tokenizer=wordpiece_tokenizer)
     with pytest.raises(FinetuneError, match="too small to hold out --validation_split"):
         finetune(quick_args(tmp_path / "g"), dataset=data["validation"].select([0]), tokenizer=wordpiece_tokenizer)
     with pytest.raises(FinetuneError, match="no 'train' split"):

@@ -361,10 +361,6 @@ class _TaskData:
 
 def _inspect_columns(raw, args: FinetuneArguments) -> _TaskData:
     columns = raw["train"].column_names
-    for split_name, split in raw.items():  # every split must carry the columns the train split has
-        missing = [c for c in columns if c not in split.column_names]
-        if missing:
-            raise FinetuneError(f"Split {split_name!r} lacks column(s) {', '.join(missing)} that 'train' has.")
     if args.task == CLASSIFICATION:
         found = {
             "text": pick_column(columns, args.text_column, TEXT_COLUMNS, "text", "text_column"),
@@ -372,18 +368,26 @@ def _inspect_columns(raw, args: FinetuneArguments) -> _TaskData:
             if args.text_pair_column else None,
             "label": pick_column(columns, args.label_column, LABEL_COLUMNS, "labels", "label_column"),
         }
-        names, lookup = label_mapping(raw, found["label"])
     elif args.task == TAGGING:
         found = {"tokens": pick_column(columns, args.tokens_column, TOKENS_COLUMNS, "words", "tokens_column"),
                  "tags": pick_column(columns, args.tags_column, TAGS_COLUMNS, "tags", "tags_column")}
-        names, lookup = label_mapping(raw, found["tags"], per_token=True)
     else:
         found = {"question": pick_column(columns, args.question_column, (), "questions", "question_column"),
                  "context": pick_column(columns, args.context_column, (), "contexts", "context_column"),
                  "answers": pick_column(columns, args.answers_column, (), "answers", "answers_column")}
+    for split_name, split in raw.items():  # every split needs the columns found in train
+        missing = [c for c in found.values() if c is not None and c not in split.column_names]
+        if missing:
+            raise FinetuneError(f"Split {split_name!r} lacks column(s) {', '.join(missing)} (its columns: "
+                                f"{', '.join(split.column_names)}).")
+    names = lookup = None
+    if args.task == CLASSIFICATION:
+        names, lookup = label_mapping(raw, found["label"])
+    elif args.task == TAGGING:
+        names, lookup = label_mapping(raw, found["tags"], per_token=True)
+    else:
         for split_name, split in raw.items():
             check_answers(split, found["answers"], found["context"], split_name)
-        names, lookup = None, None
     return _TaskData(raw=raw, columns=found, label_names=names, lookup=lookup)
 
 
