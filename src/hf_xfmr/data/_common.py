@@ -58,22 +58,48 @@ def intra_op_threads(n: int | None):
 
 
 class SeededMixin:
-    """Resolves the random generator of a collator.
+    """Resolves the random generator of a collator, in the main process and in DataLoader workers.
 
-    `generator` wins if given. Otherwise `seed` creates a private generator on first use, offset by
-    the DataLoader worker id inside worker processes (so workers draw different masks). With
-    neither, torch's global RNG is used (`torch.manual_seed` then reproduces batches).
+    - `seed` (or `generator`) in the main process (`num_workers=0`): one private stream, continued
+      from batch to batch and epoch to epoch; a given `generator` is used as is.
+    - Inside a DataLoader worker the collator is a copy, and non-persistent workers (Trainer's
+      default) are new copies every epoch: continuing the copied stream would repeat the previous
+      epoch's masks in every worker. So each worker derives its own stream from the collator's seed
+      (or the given generator's state) and torch's worker seed, `get_worker_info().seed`, which
+      differs per worker and per epoch and comes from the DataLoader's `generator` (or the global
+      RNG): the same collator seed and the same DataLoader seed reproduce the same batches.
+      Persistent workers keep their stream across epochs.
+    - With neither `seed` nor `generator`, torch's global RNG is used (`torch.manual_seed` reproduces
+      batches; torch seeds it per worker from the worker seed).
+
+    Collators that draw random numbers call `self._rng()` once per batch and pass the result to
+    every `torch.rand*` call.
     """
 
     seed: int | None
     generator: torch.Generator | None
 
     def _rng(self) -> torch.Generator | None:
-        if self.generator is None and self.seed is not None:
-            info = torch.utils.data.get_worker_info()
-            offset = info.id if info is not None else 0
-            self.generator = torch.Generator().manual_seed(int(self.seed) + offset)
-        return self.generator
+        if self.seed is None and self.generator is None:
+            return None
+        info = torch.utils.data.get_worker_info()
+        stream = None if info is None else int(info.seed)  # which worker copy, which epoch
+        if getattr(self, "_stream", "unset") != stream or getattr(self, "_private_rng", None) is None:
+            self._private_rng = self._new_stream(stream)
+            self._stream = stream
+        return self._private_rng
+
+    def _new_stream(self, worker_seed: int | None) -> torch.Generator:
+        if worker_seed is None:  # main process
+            if self.generator is not None:
+                return self.generator
+            return torch.Generator().manual_seed(int(self.seed))
+        if self.generator is not None:  # its state as copied into this worker
+            base = np.frombuffer(self.generator.get_state().numpy().tobytes(), dtype=np.uint32).tolist()
+        else:
+            base = [int(self.seed) & 0xFFFFFFFFFFFFFFFF]
+        state = np.random.SeedSequence([*base, worker_seed & 0xFFFFFFFFFFFFFFFF]).generate_state(1, np.uint64)[0]
+        return torch.Generator().manual_seed(int(state) >> 1)  # (63 bits: manual_seed takes a signed int64)
 
 
 def _as_list(x) -> list:
