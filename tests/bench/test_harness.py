@@ -213,3 +213,15 @@ def test_profile_case_reports_both_sides():
     assert set(tables) == set(SIDES)
     for table in tables.values():
         assert "aten::" in table and "Self CPU" in table
+
+
+def test_sweep_table_and_plot(tmp_path):
+    from hf_xfmr.bench.sweep import plot_sweep, run_sweep, sweep_markdown
+
+    rows = run_sweep("toy-mlp", "dim", [8, 16], repeats=1, warmup=0, threads=1, memory=False, batch=4)
+    assert [row["dim"] for row in rows] == [8, 16] and all(row["speed_ratio"] > 0 for row in rows)
+    rows.append({"case": "toy-mlp", "dim": 32, "error": "out of memory"})
+    table = sweep_markdown(rows, "dim")
+    assert table.splitlines()[0].startswith("| dim | ours ms") and "out of memory" in table
+    png = plot_sweep(rows, "dim", tmp_path / "sweep.png", title="toy")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
