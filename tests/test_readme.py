@@ -93,7 +93,7 @@ def test_benchmark_snippet_runs_as_a_script(tmp_path):
     tiny = (
         f"import {module} as _bench\n"
         "_make_case = _bench.make_case\n"
-        "_bench.make_case = lambda name, **kw: _make_case(name, **{**kw, **_bench.TINY_SIZES})\n"
+        "_bench.make_case = lambda name, **overrides: _make_case(name, tiny=True)\n"
     )
     script = tmp_path / "bench_readme.py"
     script.write_text(tiny + code.replace("repeats=5", "repeats=1"))

@@ -107,6 +107,7 @@ def test_a_vocabulary_smaller_than_asked_is_reported(corpus, kind):
         tok = train_tokenizer(kind, corpus[:5], vocab_size=5000)
     (message,) = [str(w.message) for w in record if "vocab_size" in str(w.message)]
     assert f"so the tokenizer has {len(tok)}." in message and len(tok) < 5000
-    with warnings.catch_warnings():
+    with warnings.catch_warnings():  # a size the corpus supports: no warning
         warnings.simplefilter("error")
-        assert len(train_tokenizer(kind, corpus[:5], vocab_size=len(tok))) == len(tok)
+        # (WordPiece counts vary by a few tokens from run to run, see train_tokenizer: stay well below)
+        assert len(train_tokenizer(kind, corpus[:5], vocab_size=len(tok) // 2)) == len(tok) // 2
