@@ -24,14 +24,18 @@ def _lines(prefix: str, n: int) -> bytes:
     return "".join(f"{prefix}{i}\t{ratings[i % 10]}\tsentence {prefix}{i} ok\r\n" for i in range(n)).encode()
 
 
-@pytest.fixture
-def sdist(tmp_path):
-    inner = _tar_gz({f"hutto_ICWSM_2014/{name}": _lines(source[0], 200)
+def write_fake_vader_sdist(path, per_source: int = 200):
+    """An archive laid out like vaderSentiment-3.3.2.tar.gz, with `per_source` rated lines per source."""
+    inner = _tar_gz({f"hutto_ICWSM_2014/{name}": _lines(source[0], per_source)
                      for source, name in labelled.VADER_SOURCES.items()})
-    path = tmp_path / labelled.VADER_SDIST
     path.write_bytes(_tar_gz({"vaderSentiment-3.3.2/LICENSE.txt": b"MIT",
                               f"vaderSentiment-3.3.2/{labelled._INNER_ARCHIVE}": inner}))
     return path
+
+
+@pytest.fixture
+def sdist(tmp_path):
+    return write_fake_vader_sdist(tmp_path / labelled.VADER_SDIST)
 
 
 def test_reads_every_source(sdist):

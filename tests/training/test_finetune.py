@@ -10,6 +10,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification
 
+import hf_xfmr.hub
+
 from hf_xfmr.training.finetune import finetune, load_adapter_model
 
 from .finetune_helpers import (  # noqa: F401  (one_thread is an autouse fixture)
@@ -156,10 +158,20 @@ def test_gradient_accumulation_matches_a_large_batch(tmp_path, wordpiece_tokeniz
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=name)
 
 
-def test_from_scratch_lora_saves_its_base(tmp_path, wordpiece_tokenizer):
-    args = quick_args(tmp_path, lora=True, merge=True, lora_dropout=0.0, max_steps=2, eval_steps=2)
+def test_from_scratch_lora_saves_its_base_and_publishes(tmp_path, wordpiece_tokenizer, monkeypatch):
+    calls = []
+    monkeypatch.setattr(hf_xfmr.hub, "export", lambda model, tok, folder: calls.append(("export", model, folder)),
+                        raising=False)
+    monkeypatch.setattr(hf_xfmr.hub, "publish", lambda folder, repo: calls.append(("publish", folder, repo)),
+                        raising=False)
+    args = quick_args(tmp_path, lora=True, merge=True, lora_dropout=0.0, max_steps=2, eval_steps=2,
+                      push_to_hub="someone/tiny-sentiment")
     result = finetune(args, dataset=sentiment_dataset(train=32, validation=8), tokenizer=wordpiece_tokenizer)
     assert (result.output_dir / "base" / "model.safetensors").is_file()
+    # --push_to_hub exports the merged model (not the PEFT wrapper) and uploads that folder.
+    assert [c[0] for c in calls] == ["export", "publish"]
+    assert calls[0][1] is result.model and type(result.model).__name__ == "XfmrBertForSequenceClassification"
+    assert calls[0][2] == calls[1][1] == result.hub_folder and calls[1][2] == "someone/tiny-sentiment"
     batch = wordpiece_tokenizer(["good cat", "bad dog"], padding=True, return_tensors="pt")
     with torch.no_grad():
         torch.testing.assert_close(load_adapter_model(result.adapter_dir).eval()(**batch).logits,

@@ -18,9 +18,11 @@ when starting from an MLM checkpoint), are trained in full and saved with the ad
 `modules_to_save`; its default list would miss heads named e.g. `qa_outputs` or `sequence_summary`).
 
 Outputs under `output_dir`: `model/` (full finetuning) or `adapter/` (LoRA: adapter weights, the head,
-the head config and the tokenizer), `merged/` with `merge=True` (a plain model folder for
-`AutoModelFor...`), `metrics.json`, `log_history.jsonl` (Trainer's log history, one JSON object per line,
-written as training goes), `finetune_args.json`; `checkpoints/` only with `keep_checkpoints=True`.
+the head config and the tokenizer; `load_adapter_model` reattaches it to a fresh base), `merged/` with
+`merge=True` (a plain model folder for `AutoModelFor...`), `base/` for LoRA on a from-scratch model (the
+initial weights the adapter belongs to), `metrics.json`, `log_history.jsonl` (Trainer's log history, one
+JSON object per line, written as training goes), `finetune_args.json`; `checkpoints/` only with
+`keep_checkpoints=True`.
 """
 
 import dataclasses
@@ -125,7 +127,7 @@ class FinetuneArguments:
     # -- LoRA --------------------------------------------------------------------------------------
     lora: bool = _help("train LoRA adapters (plus the task head) instead of all weights", default=False)
     lora_r: int = _help("LoRA rank", default=8)
-    lora_alpha: float = _help("LoRA scaling numerator (the update is scaled by alpha / r)", default=16)
+    lora_alpha: int = _help("LoRA scaling numerator (the update is scaled by alpha / r)", default=16)
     lora_dropout: float = _help("dropout on the LoRA branch", default=0.05)
     lora_target_modules: list[str] | None = _help(
         f"module names to adapt (default: those of {', '.join(DEFAULT_LORA_TARGETS)} the model has)", default=None)
@@ -627,7 +629,7 @@ def lora_targets(model, requested: list[str] | None) -> list[str]:
     return found
 
 
-def apply_lora(model, task: str, *, r: int = 8, alpha: float = 16, dropout: float = 0.05,
+def apply_lora(model, task: str, *, r: int = 8, alpha: int = 16, dropout: float = 0.05,
                target_modules: list[str] | None = None, fresh_modules=None):
     """Wrap `model` in a PEFT LoRA model. Trained in full and saved with the adapter: the task head, and
     `fresh_modules` (modules the checkpoint did not provide, e.g. a new pooler)."""
