@@ -21,6 +21,9 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="checkpoint folder; default: a tiny BERT from scratch")
     parser.add_argument("--lora", action="store_true", help="LoRA adapters + merged model (needs --model)")
+    parser.add_argument("--lora-targets", nargs="+", default=None,
+                        help="modules to adapt (default: the attention and MLP projections); adding "
+                             "word_embeddings helps when the checkpoint's vocabulary saw no sentiment words")
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--max-train-samples", type=int, default=None)
     parser.add_argument("--learning-rate", type=float, default=None)
@@ -39,7 +42,8 @@ def main():
         source = dict(arch="bert", preset="tiny", vocab_size=4000,
                       config_overrides="hidden_size=64,num_hidden_layers=2,num_attention_heads=4,intermediate_size=128")
     options = FinetuneArguments(
-        **source, dataset="vader", lora=args.lora, merge=args.lora, num_train_epochs=args.epochs,
+        **source, dataset="vader", lora=args.lora, merge=args.lora, lora_target_modules=args.lora_targets,
+        num_train_epochs=args.epochs,
         max_train_samples=args.max_train_samples, max_seq_length=64, per_device_train_batch_size=32,
         per_device_eval_batch_size=128, learning_rate=args.learning_rate or (1e-3 if args.lora or not args.model else 1e-4),
         output_dir=args.output, overwrite_output_dir=True, use_cpu=True, seed=0,

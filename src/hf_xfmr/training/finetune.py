@@ -412,7 +412,7 @@ def _tokenize(data: _TaskData, tokenizer, args: FinetuneArguments, accepted: set
         features = split.map(fn, fn_kwargs=kwargs, batched=True, remove_columns=split.column_names,
                              with_indices=args.task == QUESTION_ANSWERING, desc=f"tokenizing {split_name}")
         if args.task == QUESTION_ANSWERING:
-            data.qa_side[split_name] = (features["example_index"], features["context_offsets"])
+            data.qa_side[split_name] = (list(features["example_index"]), list(features["context_offsets"]))
         keep = [c for c in features.column_names if c in accepted]
         data.features[split_name] = features.select_columns(keep)
 
@@ -614,6 +614,7 @@ def head_modules(model) -> list[str]:
 
 
 def lora_targets(model, requested: list[str] | None) -> list[str]:
+    """`requested` module names after checking the model has each, else the defaults the model has."""
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     if requested:
         missing = [t for t in requested if t not in present]
@@ -691,7 +692,7 @@ def _compute_metrics(task: str, data: _TaskData, split: str):
         outside = next((i for i, n in enumerate(data.label_names) if n.upper() == "O"), None)
         return lambda p: tagging_metrics(p.predictions, p.label_ids, outside)
     raw, cols = data.raw[split], data.columns
-    contexts = raw[cols["context"]]
+    contexts = list(raw[cols["context"]])
     references = [answers["text"] for answers in raw[cols["answers"]]]
     examples, offsets = data.qa_side[split]
 
