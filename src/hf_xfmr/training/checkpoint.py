@@ -132,6 +132,11 @@ def validate_checkpoint(path: Path, config, settings: dict[str, Any], world_size
     state = read_state(path)
     saved = _model_config_dict(path)
     current = config.to_dict()
+    if saved.get("model_type") == current.get("model_type"):
+        try:  # through the config class, so defaults and JSON key types compare like for like
+            saved = type(config).from_dict(saved).to_dict()
+        except (TypeError, ValueError) as err:
+            raise CheckpointError(f"The model config in {path} is invalid ({err}). Pick another checkpoint.") from None
     if saved.get("model_type") != current.get("model_type"):
         raise CheckpointError(
             f"{path} holds a {saved.get('model_type')!r} model but this run trains {current.get('model_type')!r} "

@@ -175,7 +175,9 @@ def train_batches(examples, plan: BatchPlan, collator, start: int, num_workers: 
     loader = torch.utils.data.DataLoader(
         _Numbered(examples), batch_sampler=_MicroBatchSampler(plan, start),
         collate_fn=_Collate(collator, plan.seed, plan.rank), num_workers=num_workers,
-        persistent_workers=False)
+        # Its own generator: creating the iterator would otherwise draw from the global RNG, which a resumed
+        # run has just restored for the model's dropout.
+        generator=torch.Generator().manual_seed(mix_seed(plan.seed, start)))
     return iter(loader)
 
 

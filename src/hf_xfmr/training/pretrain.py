@@ -147,7 +147,8 @@ def make_accelerator(args: PretrainArguments):
     handlers = [InitProcessGroupKwargs(backend="gloo")] if cpu and launched > 1 else []
     mixed = args.mixed_precision if args.mixed_precision != "no" else None
     try:
-        accelerator = Accelerator(cpu=cpu, mixed_precision=mixed, kwargs_handlers=handlers)
+        # DeepSpeed finds the CPU itself; Accelerator(cpu=True) would switch DeepSpeed off.
+        accelerator = Accelerator(cpu=cpu and not _using_deepspeed(), mixed_precision=mixed, kwargs_handlers=handlers)
     except (ValueError, RuntimeError) as err:
         raise ValueError(f"Cannot set up training (--mixed_precision {args.mixed_precision}): {err}") from None
     if launched > 1 and accelerator.num_processes != launched:
@@ -302,6 +303,12 @@ def _fill_deepspeed_config(accelerator, args: PretrainArguments, world_size: int
                          "the backward pass, before the loss can be checked on every process); use stop.")
 
 
+def _zero3_init() -> bool:
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    return is_deepspeed_zero3_enabled()
+
+
 def _to_device(value, device):
     if torch.is_tensor(value):
         return value.to(device)
@@ -449,9 +456,7 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
         model = model_class._from_config(config, **extra)
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
-    from transformers.integrations import is_deepspeed_zero3_enabled
-
-    if not (deepspeed and is_deepspeed_zero3_enabled()):
+    if not (deepspeed and _zero3_init()):
         _check_sequence_length(model, tokenizer, args.max_seq_length)
     resume_settings = {
         "arch": arch.name, "objective": objective.name, "seed": args.seed, "world_size": world,
