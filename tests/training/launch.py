@@ -97,7 +97,7 @@ def run_until(cmd: list[str], marker: Path, timeout: float, log: Path) -> None:
                 time.sleep(0.2)
         finally:
             kill_tree(proc.pid)
-    assert proc.wait(timeout=30) == -signal.SIGKILL
+    proc.wait(timeout=30)  # already reaped by kill_tree; returns at once
 
 
 def check(status: int, log: Path) -> None:
