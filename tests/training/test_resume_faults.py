@@ -38,7 +38,6 @@ def test_kill_during_checkpoint_write_resumes_from_previous(saved_tokenizer, tmp
     assert names == ["step_2", "step_4", "step_6"]  # the stale .tmp folder was cleared
 
 
-
 @pytest.fixture(scope="module")
 def finished_run(saved_tokenizer, tmp_path_factory):
     out = tmp_path_factory.mktemp("finished") / "out"

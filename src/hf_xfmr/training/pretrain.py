@@ -90,12 +90,9 @@ class PretrainRun:
     optimizer: torch.optim.Optimizer
     tokenizer: Any
     objective: Objective
+    unwrapped_model: torch.nn.Module  # the model without its DDP / DeepSpeed wrapper (same parameters)
     step: int = 0
     objective_state: dict = field(default_factory=dict)
-
-    @property
-    def unwrapped_model(self) -> torch.nn.Module:
-        return self.accelerator.unwrap_model(self.model)
 
 
 @dataclass
@@ -211,13 +208,20 @@ def resolve_objective(args: PretrainArguments):
 
 
 def _load_documents(source, args: PretrainArguments, streaming: bool):
+    from datasets.exceptions import DatasetGenerationError
+
     from hf_xfmr.data import load_corpus
 
+    if source and Path(source).is_file() and Path(source).stat().st_size == 0:
+        raise ValueError(f"The dataset file {source} is empty: there is nothing to train on.")
     try:
         return load_corpus(source, text_column=args.text_column, split=args.dataset_split, streaming=streaming,
                            max_documents=args.max_documents)
     except FileNotFoundError as err:
-        raise ValueError(f"--dataset {source}: {err}") from None
+        raise ValueError(f"Dataset {source}: {err}") from None
+    except DatasetGenerationError as err:
+        cause = err.__cause__ or err
+        raise ValueError(f"Cannot read the dataset {source} ({type(cause).__name__}: {cause}).") from None
 
 
 def _tokenizer_kind(arch_name: str) -> str:
@@ -268,7 +272,7 @@ def _check_sequence_length(model, tokenizer, length: int) -> None:
     try:
         with torch.no_grad():
             model(input_ids=ids, attention_mask=torch.ones_like(ids))
-    except (IndexError, RuntimeError) as err:
+    except (IndexError, RuntimeError, ValueError) as err:
         raise ValueError(
             f"--max_seq_length {length}: the model cannot take rows of {length} tokens ({type(err).__name__}: "
             f"{str(err).splitlines()[0][:200]}). Lower --max_seq_length or raise the position table, e.g. "
@@ -484,6 +488,7 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
         (output_dir / RUN_CONFIG).write_text(json.dumps({**args.to_dict(), "world_size": world}, indent=1))
     if deepspeed:
         _fill_deepspeed_config(accelerator, args, world)
+    unwrapped = model
     model, optimizer = accelerator.prepare(model, optimizer)
     if deepspeed and resume_path is not None:
         model.load_checkpoint(str(resume_path), tag="deepspeed", load_optimizer_states=True,
@@ -491,7 +496,7 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
     accelerator.wait_for_everyone()
 
     # 4. Train.
-    run = PretrainRun(args, accelerator, model, optimizer, tokenizer, objective)
+    run = PretrainRun(args, accelerator, model, optimizer, tokenizer, objective, unwrapped)
     start_step = int(state.get("step", 0))
     counters = dict(state.get("counters", {"batches_without_targets": 0, "skipped_steps": 0}))
     data_state = None
@@ -500,12 +505,13 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
         ckpt.set_rng_state(process_state["tensors"], process_state["extra"])
         run.objective_state = objective_state if objective_state is not None else {}
     first_micro = micro_batches_before(start_step, args.gradient_accumulation_steps, args.batch_size_warmup_steps)
+    stream = None
     if train_examples is not None:
         batches = train_batches(train_examples, plan, collator, first_micro, args.dataloader_num_workers)
     else:
-        batches = iter(StreamBatches(train_docs, objective, tokenizer, settings, collator,
-                                     args.per_device_train_batch_size, world, rank, args.seed, data_state))
-    stream = batches if train_examples is None else None
+        stream = StreamBatches(train_docs, objective, tokenizer, settings, collator, args.per_device_train_batch_size,
+                               world, rank, args.seed, data_state)
+        batches = iter(stream)
     if resume_path is None or (objective.stateful and not run.objective_state):
         run.objective_state = _to_device(objective.initial_state(args.per_device_train_batch_size), accelerator.device)
     eval_list = None
@@ -633,10 +639,10 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
         backend=getattr(state_obj, "backend", None), model=final_model, tokenizer=tokenizer)
     for callback in callbacks:
         callback.on_train_end(run, result)
-    # Free the engine / DDP wrapper before the process group goes (gloo can hang at exit otherwise).
-    del run, model, optimizer
-    accelerator.free_memory()
-    gc.collect()
+    if world > 1:  # free the engine / DDP wrapper before the process group goes (gloo can hang at exit)
+        del run, model, optimizer
+        accelerator.free_memory()
+        gc.collect()
     return result
 
 
