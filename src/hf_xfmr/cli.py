@@ -338,12 +338,12 @@ def _add_pretrain(subparsers) -> None:
     import hf_xfmr  # noqa: F401  (registers the architectures)
     from hf_xfmr.models import architectures
     from hf_xfmr.training import PretrainArguments
-    from hf_xfmr.training.objectives import objectives
+    from hf_xfmr.training.objectives import available_objectives
 
     # The options are generated from the PretrainArguments dataclass by HfArgumentParser.
     fields = HfArgumentParser(PretrainArguments, add_help=False)
     arch_lines = "\n".join(f"  {a.name:<12} objectives: {', '.join(a.objectives)}" for a in architectures())
-    recipes = ", ".join(objectives())
+    recipes = ", ".join(available_objectives())
     parser = subparsers.add_parser(
         "pretrain",
         parents=[fields],

@@ -11,7 +11,7 @@ validated, exactly resumable checkpoints), `logs` (JSON lines + TensorBoard).
 from .arguments import PretrainArguments
 from .checkpoint import CheckpointError, latest_checkpoint, list_checkpoints
 from .logs import read_log
-from .objectives import Objective, ObjectiveSettings, get_objective, objectives, register_objective
+from .objectives import Objective, ObjectiveSettings, available_objectives, get_objective, register_objective
 from .optim import StableAdamW, build_optimizer, lr_multiplier
 from .pretrain import NonFiniteLossError, PretrainCallback, PretrainResult, PretrainRun, pretrain
 
@@ -25,12 +25,12 @@ __all__ = [
     "PretrainResult",
     "PretrainRun",
     "StableAdamW",
+    "available_objectives",
     "build_optimizer",
     "get_objective",
     "latest_checkpoint",
     "list_checkpoints",
     "lr_multiplier",
-    "objectives",
     "pretrain",
     "read_log",
     "register_objective",

@@ -141,7 +141,7 @@ def register_objective(objective: Objective) -> Objective:
     return objective
 
 
-def objectives() -> dict[str, Objective]:
+def available_objectives() -> dict[str, Objective]:
     """Every objective with a training recipe, by name."""
     return dict(_OBJECTIVES)
 
