@@ -177,12 +177,14 @@ def test_bench_list(capsys):
     for name in ["bert-mlm-train", "bert-mlm-train-bf16", "bert-mlm-infer", "roberta-mlm-train", "collators"]:
         assert name in out
     assert "suite quick:" in out
+    assert "toy-mlp" not in out  # test-only cases are not offered to users
 
 
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["--cases", "nope"], "unknown case(s) nope"),
+        (["--cases", "toy-mlp", "--tiny"], "unknown case(s) toy-mlp"),
         (["--repeats", "0"], "--repeats must be >= 1"),
         (["--suite", "quick", "--cases", "bert-mlm-train"], "not allowed with argument"),
     ],

@@ -159,11 +159,11 @@ def _add_convert(subparsers) -> None:
 # hf-xfmr bench
 # ----------------------------------------------------------------------------------------------
 
-COLLATORS = "collators"  # pseudo-case: the data collator benchmark (hf_xfmr.data.bench)
+COLLATORS = "collators"  # pseudo-case: the data collator benchmark (hf_xfmr.bench.collators)
 
 
 def _run_collator_benchmark(args: argparse.Namespace, threads: int, tiny: bool) -> list[dict[str, Any]]:
-    from hf_xfmr.data.bench import benchmark_collators
+    from hf_xfmr.bench.collators import benchmark_collators
 
     sizes = {"batch_size": 2, "seq_len": 64} if tiny else {}
     repeats = args.repeats if args.repeats is not None else (5 if tiny else 40)
@@ -172,19 +172,20 @@ def _run_collator_benchmark(args: argparse.Namespace, threads: int, tiny: bool) 
 
 def _selected_cases(args: argparse.Namespace) -> tuple[list[tuple[str, dict]], bool, bool]:
     """(cases with overrides, whether the collator benchmark runs, whether sizes are tiny)."""
-    from hf_xfmr import benchmark
+    from hf_xfmr import bench
 
     if args.cases:
         names = [name for item in args.cases for name in item.split(",") if name]
-        unknown = [n for n in names if n not in benchmark.CASES and n != COLLATORS]
+        public = bench.public_cases()
+        unknown = [n for n in names if n not in public and n != COLLATORS]
         if unknown:
-            known = ", ".join(sorted(benchmark.CASES) + [COLLATORS])
+            known = ", ".join(public + [COLLATORS])
             raise CommandError(f"unknown case(s) {', '.join(unknown)}; known: {known} (see --list)")
-        overrides = dict(benchmark.TINY_SIZES) if args.tiny else {}
+        overrides = {"tiny": True} if args.tiny else {}
         return [(n, overrides) for n in names if n != COLLATORS], COLLATORS in names, args.tiny
     suite = args.suite or "all"
     tiny = args.tiny or suite == "quick"
-    cases = [(n, {**kw, **(benchmark.TINY_SIZES if tiny else {})}) for n, kw in benchmark.SUITES[suite]]
+    cases = [(n, {"tiny": True} if tiny else {}) for n, _ in bench.suites()["all"]]
     return cases, True, tiny
 
 
@@ -192,14 +193,15 @@ def _run_bench(args: argparse.Namespace) -> int:
     import torch
     from tqdm.auto import tqdm
 
-    from hf_xfmr import benchmark
+    from hf_xfmr import bench
 
     if args.list:
-        width = max(map(len, [*benchmark.CASES, COLLATORS]))
-        for name in sorted(benchmark.CASES):
-            print(f"{name:<{width}}  {benchmark.case_summary(name)}")
-        print(f"{COLLATORS:<{width}}  data collator throughput, ours vs transformers' (hf_xfmr.data.bench)")
-        for suite, cases in benchmark.SUITES.items():
+        public = bench.public_cases()
+        width = max(map(len, [*public, COLLATORS]))
+        for name in public:
+            print(f"{name:<{width}}  {bench.case_summary(name)}")
+        print(f"{COLLATORS:<{width}}  data collator throughput, ours vs transformers' (hf_xfmr.bench.collators)")
+        for suite, cases in bench.suites().items():
             print(f"suite {suite}: {', '.join(n for n, _ in cases)}, {COLLATORS}")
         return 0
     if args.repeats is not None and args.repeats < 1:
@@ -216,30 +218,30 @@ def _run_bench(args: argparse.Namespace) -> int:
     results = []
     for name, overrides in tqdm(cases, desc="bench", unit="case", file=sys.stderr, disable=not cases):
         try:
-            case = benchmark.make_case(name, **overrides)
+            case = bench.make_case(name, **overrides)
         except ValueError as err:
             raise CommandError(f"case {name}: {err}") from None
         results.append(
-            benchmark.measure_case(
+            bench.measure_case(
                 case, repeats=repeats, warmup=args.warmup, threads=threads, memory=not args.no_memory, progress=True
             )
         )
     out = Path(args.output) if args.output else None
     if results:
-        table = benchmark.to_markdown(results)
+        table = bench.to_markdown(results)
         print(table)
         if out:
-            benchmark.to_json(results, out / "models.json", suite=args.suite, tiny=tiny)
+            bench.to_json(results, out / "models.json", suite=args.suite, tiny=tiny)
             (out / "models.md").write_text(table)
 
     if with_collators:
-        from hf_xfmr.data.bench import markdown_table
+        from hf_xfmr.bench.collators import markdown_table
 
         rows = _run_collator_benchmark(args, threads, tiny)
         text = markdown_table(rows)
         print(text)
         if out:
-            benchmark.to_json(rows, out / "collators.json")
+            bench.to_json(rows, out / "collators.json")
             (out / "collators.md").write_text(text)
     if out:
         print(f"results written to {out}/", file=sys.stderr)
