@@ -14,11 +14,11 @@ from hf_xfmr.training import read_log
 
 from .launch import REPO, check, launch_command, run, write_config
 
-pytestmark = pytest.mark.slow
 
 ZERO3 = REPO / "examples" / "accelerate" / "deepspeed_zero3.yaml"
 
 
+@pytest.mark.slow
 def test_zero3_checkpoint_resume_and_consolidated_export(saved_tokenizer, tmp_path):
     args = dict(arch="bert", objective="mlm", max_steps=6, max_documents=60, tokenizer=str(saved_tokenizer),
                 per_device_train_batch_size=4, max_seq_length=32, logging_steps=1, save_steps=3, eval_fraction=0.1,
@@ -51,3 +51,17 @@ def test_zero3_checkpoint_resume_and_consolidated_export(saved_tokenizer, tmp_pa
     for name, param in model.state_dict().items():
         if name in a:
             torch.testing.assert_close(param, a[name], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_shipped_deepspeed_configs_leave_batch_and_optimizer_to_the_loop(stage):
+    import yaml
+
+    launch = yaml.safe_load((REPO / "examples" / "accelerate" / f"deepspeed_zero{stage}.yaml").read_text())
+    assert launch["distributed_type"] == "DEEPSPEED"
+    config = json.loads((REPO / launch["deepspeed_config"]["deepspeed_config_file"]).read_text())
+    assert config["zero_optimization"]["stage"] == stage
+    assert "optimizer" not in config and "scheduler" not in config  # no fused_adam / cpu_adam compile
+    for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                "gradient_clipping"):
+        assert config[key] == "auto", key

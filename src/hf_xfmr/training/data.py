@@ -53,11 +53,15 @@ def split_documents(documents, eval_fraction: float, seed: int):
     return split["train"], split["test"]
 
 
-def build_examples(objective: Objective, tokenizer, documents, settings: ObjectiveSettings):
-    """A `datasets.Dataset` of the objective's examples built from a dataset of documents (`text` column)."""
+def build_examples(objective: Objective, tokenizer, documents, settings: ObjectiveSettings, required: bool = True):
+    """A `datasets.Dataset` of the objective's examples built from a dataset of documents (`text` column).
+
+    When no example can be built: a ValueError, or None if not `required` (held-out documents)."""
     probe = objective.build_examples(tokenizer, documents[: min(len(documents), 64)]["text"], settings)
     if not probe:
         probe = objective.build_examples(tokenizer, documents["text"], settings) if len(documents) > 64 else []
+    if not probe and not required:
+        return None
     if not probe:
         raise ValueError(
             f"No {objective.name!r} training example could be built from the {len(documents)} document(s): they "

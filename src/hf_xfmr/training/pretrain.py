@@ -438,7 +438,12 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
     collator = objective.make_collator(tokenizer, settings)
     with accelerator.main_process_first():
         train_examples = None if args.streaming else build_examples(objective, tokenizer, train_docs, settings)
-        eval_examples = build_examples(objective, tokenizer, eval_docs, settings) if eval_docs is not None else None
+        eval_examples = None
+        if eval_docs is not None:
+            eval_examples = build_examples(objective, tokenizer, eval_docs, settings, required=False)
+            if eval_examples is None and is_main:
+                print(f"note: no {objective.name} example could be built from the {len(eval_docs)} held-out "
+                      "document(s); there will be no evaluation (raise --eval_fraction or pass --eval_dataset).")
     plan = None
     if train_examples is not None:
         plan = BatchPlan(len(train_examples), args.per_device_train_batch_size, world, rank, objective.layout,
