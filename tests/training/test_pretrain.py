@@ -182,3 +182,14 @@ def test_arguments_validate_and_read_yaml(tmp_path):
     config.write_text("arch: roberta\nmax_stepz: 50\n")
     with pytest.raises(ValueError, match="Unknown setting\\(s\\) in .*run.yaml: max_stepz"):
         PretrainArguments.from_yaml(config)
+
+
+def test_bf16_autocast_trains_and_fp16_needs_a_gpu(saved_tokenizer, tmp_path):
+    full = pretrain(_args(saved_tokenizer, tmp_path / "fp32", max_steps=2, eval_fraction=0.0))
+    bf16 = pretrain(_args(saved_tokenizer, tmp_path / "bf16", max_steps=2, eval_fraction=0.0, mixed_precision="bf16"))
+    # Same data and initialisation; bf16 matmuls round differently but stay close, and weights stay fp32.
+    assert bf16.final_loss != full.final_loss and abs(bf16.final_loss - full.final_loss) < 0.05
+    assert all(p.dtype == torch.float32 for p in bf16.model.parameters())
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="fp16 needs a GPU .* use bf16 on CPU"):
+            pretrain(_args(saved_tokenizer, tmp_path / "fp16", mixed_precision="fp16"))

@@ -133,6 +133,8 @@ def make_accelerator(args: PretrainArguments):
     from accelerate.utils import InitProcessGroupKwargs
 
     cpu = not torch.cuda.is_available()
+    if cpu and args.mixed_precision == "fp16":
+        raise ValueError("--mixed_precision fp16 needs a GPU (CPU autocast runs in bfloat16); use bf16 on CPU.")
     if cpu and _using_deepspeed():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
         import deepspeed.ops
@@ -143,6 +145,13 @@ def make_accelerator(args: PretrainArguments):
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     handlers = [InitProcessGroupKwargs(backend="gloo")] if cpu and launched > 1 else []
     mixed = args.mixed_precision if args.mixed_precision != "no" else None
+    # Accelerate keeps its state in process-wide singletons: forget the previous run's settings (mixed
+    # precision, DeepSpeed plugin) so `pretrain` can be called again in the same process. The process
+    # group (PartialState) is kept.
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=False)
+    GradientState._reset_state()
     try:
         # DeepSpeed finds the CPU itself; Accelerator(cpu=True) would switch DeepSpeed off.
         accelerator = Accelerator(cpu=cpu and not _using_deepspeed(), mixed_precision=mixed, kwargs_handlers=handlers)
