@@ -193,3 +193,30 @@ def test_bf16_autocast_trains_and_fp16_needs_a_gpu(saved_tokenizer, tmp_path):
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="fp16 needs a GPU .* use bf16 on CPU"):
             pretrain(_args(saved_tokenizer, tmp_path / "fp16", mixed_precision="fp16"))
+
+
+def test_readme_snippets_run(tmp_path, monkeypatch):
+    import re
+    from pathlib import Path
+
+    import hf_xfmr.training.objectives as table
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    (train,) = [b for b in blocks if "pretrain(PretrainArguments(" in b]
+    (register,) = [b for b in blocks if "register_objective(Objective(" in b]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(train.replace("max_steps=2000,", "max_steps=2, max_documents=30, vocab_size=300, max_seq_length=32, "
+                       "per_device_train_batch_size=4, save_steps=0, progress_bar=False,"), namespace)
+    assert type(namespace["model"]).__name__ == "XfmrBertForMaskedLM"
+    assert set(namespace["result"].eval_metrics) == {"eval_loss", "eval_perplexity", "eval_accuracy"}
+    monkeypatch.setattr(table, "_OBJECTIVES", dict(table._OBJECTIVES))  # the snippet registers into a copy
+    exec(register, {})
+    objective = table.get_objective("mlm-40")
+    from transformers import AutoTokenizer
+
+    from hf_xfmr.training import ObjectiveSettings
+
+    assert objective.make_collator(AutoTokenizer.from_pretrained(tmp_path / "out" / "bert-wwm"),
+                                   ObjectiveSettings()).collator.mlm_probability == 0.4
