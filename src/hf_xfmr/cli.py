@@ -415,6 +415,7 @@ def _add_pretrain(subparsers) -> None:
         formatter_class=_HelpFormatter,
     )
     parser.set_defaults(func=_run_pretrain, command_parser=parser)
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     parser.add_argument("--config", metavar="YAML", default=None,
                         help="read settings from a YAML file of `name: value` pairs; options given here win")
     # Only options actually given reach PretrainArguments, so the YAML file's values are not masked by defaults.

@@ -18,9 +18,7 @@ def test_pretrain_from_yaml_with_command_line_overrides(saved_tokenizer, tmp_pat
     assert [r["step"] for r in read_log(out / "log.jsonl") if "loss" in r] == [1, 2, 3]
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
     # An existing run is not overwritten without --resume / --overwrite_output_dir.
-    with pytest.raises(SystemExit) as exit_info:
-        main(["pretrain", "--config", str(config), "--max_steps", "3", "--output_dir", str(out)])
-    assert exit_info.value.code == 2
+    assert main(["pretrain", "--config", str(config), "--max_steps", "3", "--output_dir", str(out)]) == 2
     assert "holds an earlier run. Pass --resume" in capsys.readouterr().err
 
 
@@ -30,9 +28,7 @@ def test_pretrain_from_yaml_with_command_line_overrides(saved_tokenizer, tmp_pat
     (["--resume"], "no checkpoint in"),
 ])
 def test_pretrain_errors_are_command_errors(tmp_path, capsys, argv, message):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["pretrain", "--output_dir", str(tmp_path / "out"), *argv])
-    assert exit_info.value.code == 2
+    assert main(["pretrain", "--output_dir", str(tmp_path / "out"), *argv]) == 2
     err = capsys.readouterr().err
     assert "hf-xfmr pretrain: error: " in err and message in err
 

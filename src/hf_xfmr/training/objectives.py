@@ -231,16 +231,24 @@ def _clm_examples(tokenizer, texts, settings):
 # ----------------------------------------------------------------------------------------------
 
 class SeededCollator:
-    """Wraps a collator that draws its masks from `.generator`: each call gets the generator it is
-    handed, so masks depend only on (seed, batch number), never on the order batches were prepared in."""
+    """Runs a collator with torch's RNG seeded for this batch alone.
+
+    The wrapped collator is built without `seed`/`generator`, so it draws its masks from torch's global
+    RNG; each call forks that RNG (restoring it afterwards, so the model's dropout stream is untouched)
+    and seeds the fork from the generator it is handed. Masks therefore depend only on (seed, batch
+    number), never on the order in which batches were prepared (prefetching, workers, a resumed run).
+    """
 
     def __init__(self, collator):
         self.collator = collator
 
     def __call__(self, examples, generator: torch.Generator | None = None):
-        if hasattr(self.collator, "generator"):
-            self.collator.generator = generator
-        return self.collator(examples)
+        if generator is None:
+            return self.collator(examples)
+        seed = int(torch.randint(0, 2**62, (), generator=generator))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return self.collator(examples)
 
 
 def _mlm_collator(whole_word_mask: bool):
