@@ -818,8 +818,8 @@ def render_unit(plan: _UnitPlan, header: str, package_root: Path | None) -> str:
         for name in sorted(statement.defines):
             symbol = DefSymbol(statement.module.name, name)
             if statement is statement.module.definers[name][-1] and plan.aliases.get(symbol):
-                for alias in plan.aliases[symbol]:
-                    out.append(f"{alias} = {plan.flat[symbol]}  # imported under this name by another module\n")
+                out.append("\n\n" + "".join(f"{alias} = {plan.flat[symbol]}  # imported under this name elsewhere\n"
+                                              for alias in plan.aliases[symbol]))
     exports = plan.unit.exports or [plan.flat[_root_symbol(r)] for r in plan.unit.roots]
     out.append("\n\n__all__ = [" + ", ".join(repr(n) for n in exports) + "]\n")
     return "".join(out)

@@ -45,26 +45,54 @@ def check_repo_id(repo_id, error=None) -> str:
     return repo_id
 
 
-def _is_transient(err: BaseException) -> bool:
-    response = getattr(err, "response", None)
-    status = getattr(response, "status_code", None)
-    if status is not None:
-        return status in TRANSIENT_STATUS
+def _cause(err: BaseException) -> BaseException:
+    """The HTTP or connection error behind `err` (huggingface_hub wraps some, e.g. failed LFS uploads)."""
+    seen = err
+    for _ in range(6):
+        if getattr(seen, "response", None) is not None or _is_connection_error(seen):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+        if seen is None:
+            break
+    return err
+
+
+def _is_connection_error(err: BaseException) -> bool:
     names = {cls.__name__ for cls in type(err).__mro__}
     return bool(names & {"TransportError", "TimeoutException", "NetworkError", "ConnectionError", "TimeoutError"})
+
+
+def _status(err: BaseException) -> int | None:
+    return getattr(getattr(err, "response", None), "status_code", None)
+
+
+def _is_transient(err: BaseException) -> bool:
+    cause = _cause(err)
+    status = _status(cause)
+    return status in TRANSIENT_STATUS if status is not None else _is_connection_error(cause)
 
 
 def _scrub(text: str, token: str | None) -> str:
     return text.replace(token, "***") if token else text
 
 
-def _explain(err: BaseException, repo_id: str, revision: str | None, endpoint: str, token: str) -> PublishError:
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0].strip() if text else type(err).__name__
+
+
+def _explain(err: BaseException, repo_id: str, revision: str | None, endpoint: str, token: str,
+             attempts: int) -> PublishError:
     """A PublishError saying what went wrong and what to do."""
     from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
-    status = getattr(getattr(err, "response", None), "status_code", None)
-    detail = _scrub(str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__, token)
-    if isinstance(err, RevisionNotFoundError):
+    cause = _cause(err)
+    status = _status(cause)
+    detail = _first_line(err)
+    if cause is not err:
+        detail += f" ({_first_line(cause)})"
+    detail = _scrub(detail, token)
+    if isinstance(cause, RevisionNotFoundError):
         message = f"revision {revision!r} does not exist in {repo_id}: {detail}"
     elif status == 401:
         message = (f"the Hub at {endpoint} rejected the token (401 Unauthorized). Log in again with "
@@ -72,13 +100,15 @@ def _explain(err: BaseException, repo_id: str, revision: str | None, endpoint: s
     elif status == 403:
         message = (f"no write access to {repo_id} (403 Forbidden): use a token with write access to that "
                    f"namespace, or publish under your own user.")
-    elif isinstance(err, RepositoryNotFoundError):
+    elif isinstance(cause, RepositoryNotFoundError):
         message = f"repository {repo_id} was not found at {endpoint} and could not be created: {detail}"
-    elif _is_transient(err):
-        message = (f"could not reach the Hub at {endpoint} (gave up after retrying): {detail}. Check the network "
-                   f"connection and HF_ENDPOINT, then publish again: files already uploaded are not sent twice.")
+    elif status is None and _is_connection_error(cause) and "Connect" in "".join(
+            c.__name__ for c in type(cause).__mro__) and "status" not in detail:
+        message = (f"could not reach the Hub at {endpoint} ({detail}; {attempts} attempt(s)). Check the network "
+                   f"connection and HF_ENDPOINT, then publish again.")
     else:
-        message = f"publishing to {repo_id} failed: {detail}"
+        message = (f"publishing to {repo_id} failed after {attempts} attempt(s): {detail}. Nothing was committed; "
+                   f"publish again to finish (files already uploaded are not sent twice).")
     return PublishError(message)
 
 
@@ -209,7 +239,7 @@ def publish(
     except PublishError:
         raise
     except Exception as err:  # noqa: BLE001  (turned into one clear message)
-        raise _explain(err, repo_id, revision, endpoint, token) from err
+        raise _explain(err, repo_id, revision, endpoint, token, max_retries + 1) from err
 
 
 def _read_architectures(folder: Path) -> str | None:
