@@ -35,6 +35,9 @@ from .conftest import (
     tiny_model,
 )
 
+# One worker runs this module: its fixture exports and loads everything once.
+pytestmark = pytest.mark.xdist_group("hub_export")
+
 CASES = model_cases()
 EXTRA = ("bert-bf16", "roberta-sharded")
 

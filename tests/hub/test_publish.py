@@ -32,6 +32,9 @@ from .conftest import (
 )
 from .hub_server import HubServer, parse_shard
 
+# One worker runs this module: one test server, one set of child processes.
+pytestmark = pytest.mark.xdist_group("hub_publish")
+
 BAD_TOKEN = "hf_wrong_secret_9d1c"
 
 
