@@ -1,12 +1,12 @@
 """Collator throughput vs transformers (seq 512, batch 8): `python benchmarks/bench_collators.py [--json out.json]`.
 
-Thin wrapper around `hf_xfmr.data.bench.benchmark_collators`; prints a markdown table.
+Thin wrapper around `hf_xfmr.bench.collators.benchmark_collators`; prints a markdown table.
 """
 
 import argparse
 import json
 
-from hf_xfmr.data.bench import benchmark_collators, markdown_table
+from hf_xfmr.bench.collators import benchmark_collators, markdown_table
 
 
 def main() -> None:

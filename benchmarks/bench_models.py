@@ -3,7 +3,7 @@
     python benchmarks/bench_models.py --cases bert-mlm-train bert-mlm-infer --repeats 7 \\
         --json benchmarks/results/models.json --markdown benchmarks/results/models.md
 
-A thin script over `hf_xfmr.benchmark` (the same harness as `hf-xfmr bench`); see `--help`.
+A thin script over `hf_xfmr.bench` (the same harness as `hf-xfmr bench`); see `--help`.
 """
 
 import argparse
@@ -12,14 +12,14 @@ from pathlib import Path
 
 import torch
 
-from hf_xfmr import benchmark
+from hf_xfmr import bench
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--cases", nargs="+", default=[name for name, _ in benchmark.SUITES["all"]], metavar="NAME",
-        help=f"registered cases (default: the 'all' suite); known: {', '.join(sorted(benchmark.CASES))}",
+        "--cases", nargs="+", default=[name for name, _ in bench.suites()["all"]], metavar="NAME",
+        help=f"registered cases (default: the 'all' suite); known: {', '.join(bench.public_cases())}",
     )  # fmt: skip
     parser.add_argument("--tiny", action="store_true", help="use the tiny sizes of the quick suite")
     parser.add_argument("--repeats", type=int, default=7, metavar="N", help="timed steps per side (default: 7)")
@@ -30,25 +30,24 @@ def main(argv=None) -> int:
     parser.add_argument("--markdown", metavar="PATH", help="write the markdown table")
     args = parser.parse_args(argv)
 
-    unknown = [name for name in args.cases if name not in benchmark.CASES]
+    unknown = [name for name in args.cases if name not in bench.public_cases()]
     if unknown:
-        parser.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(sorted(benchmark.CASES))}")
-    overrides = benchmark.TINY_SIZES if args.tiny else {}
+        parser.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(bench.public_cases())}")
     threads = args.threads or torch.get_num_threads()
     results = []
     for name in args.cases:
         print(f"[{name}]", file=sys.stderr)
-        case = benchmark.make_case(name, **overrides)
+        case = bench.make_case(name, tiny=args.tiny)
         results.append(
-            benchmark.measure_case(
+            bench.measure_case(
                 case, repeats=args.repeats, warmup=args.warmup, threads=threads,
                 memory=not args.no_memory, progress=True,
             )  # fmt: skip
         )
-    table = benchmark.to_markdown(results)
+    table = bench.to_markdown(results)
     print(table)
     if args.json:
-        benchmark.to_json(results, args.json, tiny=args.tiny)
+        bench.to_json(results, args.json, tiny=args.tiny)
     if args.markdown:
         Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
         Path(args.markdown).write_text(table)

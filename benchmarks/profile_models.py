@@ -6,12 +6,12 @@
 import argparse
 import sys
 
-from hf_xfmr import benchmark
+from hf_xfmr import bench
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--case", required=True, choices=sorted(benchmark.CASES), help="registered case")
+    parser.add_argument("--case", required=True, choices=bench.public_cases(), help="registered case")
     parser.add_argument("--tiny", action="store_true", help="use the tiny sizes of the quick suite")
     parser.add_argument("--steps", type=int, default=1, metavar="N", help="profiled steps per side (default: 1)")
     parser.add_argument("--warmup", type=int, default=1, metavar="N", help="unprofiled steps first (default: 1)")
@@ -20,8 +20,8 @@ def main(argv=None) -> int:
     parser.add_argument("--sort-by", default="self_cpu_time_total", help="profiler column to sort by")
     args = parser.parse_args(argv)
 
-    case = benchmark.make_case(args.case, **(benchmark.TINY_SIZES if args.tiny else {}))
-    tables = benchmark.profile_case(
+    case = bench.make_case(args.case, tiny=args.tiny)
+    tables = bench.profile_case(
         case, steps=args.steps, warmup=args.warmup, threads=args.threads, top=args.top, sort_by=args.sort_by
     )
     for side, table in tables.items():

@@ -3,18 +3,23 @@
 Each subcommand is one `_add_<name>(subparsers)` function that declares its arguments and sets
 `func` (what runs it); `COMMANDS` lists them. Adding a command = one function + one line in `COMMANDS`.
 
-A command reports bad input by raising `CommandError`; `main` prints it argparse-style
-(`hf-xfmr <command>: error: ...`) and exits with status 2, without a traceback.
+A command reports an expected failure (bad arguments, a missing or broken input file, ...) by raising
+`CommandError`; `main` prints it as one line, `hf-xfmr <command>: error: ...`, and exits with status 2.
+Any other exception is a bug: one line naming it, exit status 1. `--debug` (before or after the
+command name) shows the traceback in both cases.
 """
 
 import argparse
 import json
 import shutil
 import sys
+import traceback
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 PROG = "hf-xfmr"
+DEBUG_HELP = "show the full traceback when the command fails"
 
 
 class CommandError(Exception):
@@ -30,6 +35,7 @@ def _add_parser(subparsers, name: str, *, help: str, description: str, epilog: s
         name, help=help, description=description, epilog=epilog, formatter_class=_HelpFormatter
     )
     parser.set_defaults(func=func, command_parser=parser)
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     return parser
 
 
@@ -63,10 +69,47 @@ def _read_config(src: Path) -> dict[str, Any]:
     try:
         config = json.loads(config_file.read_text())
     except json.JSONDecodeError as err:
-        raise CommandError(f"{config_file} is not valid JSON: {err}") from None
+        raise CommandError(f"{config_file} is not valid JSON: {err}") from err
     if not isinstance(config, dict) or not config.get("model_type"):
         raise CommandError(f"{config_file} has no model_type")
     return config
+
+
+def _check_out(src: Path, out: Path, overwrite: bool) -> None:
+    if out.resolve() == src.resolve():
+        raise CommandError("OUT must differ from SRC")
+    if out.exists() and not out.is_dir():
+        raise CommandError(f"OUT {out} is an existing file, not a folder; pass the path of a new or empty folder")
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise CommandError(f"{out} exists and is not empty; pass --overwrite to write into it")
+    parent = next((p for p in out.resolve().parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise CommandError(f"cannot create OUT {out}: {parent} is a file, not a folder")
+
+
+def _convert_quietly(convert: Callable[[], Any], debug: bool) -> tuple[Any, list[str]]:
+    """Run `convert` with transformers' own load reports muted (unless --debug); return its result and
+    the messages of the `ConversionWarning`s it raised (other warnings are shown as usual)."""
+    import transformers
+
+    from hf_xfmr.models.conversion import ConversionWarning
+
+    verbosity = transformers.logging.get_verbosity()
+    if not debug:
+        transformers.logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = convert()
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    notes = []
+    for w in caught:
+        if issubclass(w.category, ConversionWarning):
+            notes.append(str(w.message))
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return result, notes
 
 
 def _run_convert(args: argparse.Namespace) -> int:
@@ -89,26 +132,31 @@ def _run_convert(args: argparse.Namespace) -> int:
     if (direction == "xfmr") == is_ours:
         kind = "an hf_xfmr" if is_ours else "a transformers"
         raise CommandError(f"{src} is already {kind} checkpoint (model_type {model_type!r}); nothing to convert")
-    if out.resolve() == src.resolve():
-        raise CommandError("OUT must differ from SRC")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
-        raise CommandError(f"{out} exists and is not empty; pass --overwrite to write into it")
+    _check_out(src, out, args.overwrite)
+
+    def convert():
+        if direction == "xfmr":
+            return hf_xfmr.from_transformers(src, task=args.task)
+        return hf_xfmr.to_transformers(load_checkpoint(src, task=args.task))
 
     try:
-        if direction == "xfmr":
-            model = hf_xfmr.from_transformers(src, task=args.task)
-        else:
-            model = hf_xfmr.to_transformers(load_checkpoint(src, task=args.task))
+        model, notes = _convert_quietly(convert, getattr(args, "debug", False))
     except (ValueError, KeyError, TypeError, NotImplementedError, OSError) as err:
         # The converters raise these with a message meant for the user (unsupported architecture/head,
-        # missing weights): show it as a command error rather than a traceback.
-        raise CommandError(f"cannot convert {src}: {err}") from None
+        # missing, truncated or mis-sized weights): show it as a command error rather than a traceback.
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        raise CommandError(f"cannot convert {src}: {message}") from err
+    for note in notes:
+        print(f"{PROG} convert: warning: {note}", file=sys.stderr)
 
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    copied = [name for name in TOKENIZER_FILES if (src / name).is_file()]
-    for name in copied:
-        shutil.copy2(src / name, out / name)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(out)
+        copied = [name for name in TOKENIZER_FILES if (src / name).is_file()]
+        for name in copied:
+            shutil.copy2(src / name, out / name)
+    except OSError as err:
+        raise CommandError(f"cannot write {out}: {err}") from err
     print(
         f"converted {type(model).__name__} ({model_type} -> {model.config.model_type}) to {out}"
         + (f"; copied {', '.join(copied)}" if copied else "")
@@ -159,11 +207,11 @@ def _add_convert(subparsers) -> None:
 # hf-xfmr bench
 # ----------------------------------------------------------------------------------------------
 
-COLLATORS = "collators"  # pseudo-case: the data collator benchmark (hf_xfmr.data.bench)
+COLLATORS = "collators"  # pseudo-case: the data collator benchmark (hf_xfmr.bench.collators)
 
 
 def _run_collator_benchmark(args: argparse.Namespace, threads: int, tiny: bool) -> list[dict[str, Any]]:
-    from hf_xfmr.data.bench import benchmark_collators
+    from hf_xfmr.bench.collators import benchmark_collators
 
     sizes = {"batch_size": 2, "seq_len": 64} if tiny else {}
     repeats = args.repeats if args.repeats is not None else (5 if tiny else 40)
@@ -172,19 +220,20 @@ def _run_collator_benchmark(args: argparse.Namespace, threads: int, tiny: bool) 
 
 def _selected_cases(args: argparse.Namespace) -> tuple[list[tuple[str, dict]], bool, bool]:
     """(cases with overrides, whether the collator benchmark runs, whether sizes are tiny)."""
-    from hf_xfmr import benchmark
+    from hf_xfmr import bench
 
     if args.cases:
         names = [name for item in args.cases for name in item.split(",") if name]
-        unknown = [n for n in names if n not in benchmark.CASES and n != COLLATORS]
+        public = bench.public_cases()
+        unknown = [n for n in names if n not in public and n != COLLATORS]
         if unknown:
-            known = ", ".join(sorted(benchmark.CASES) + [COLLATORS])
+            known = ", ".join(public + [COLLATORS])
             raise CommandError(f"unknown case(s) {', '.join(unknown)}; known: {known} (see --list)")
-        overrides = dict(benchmark.TINY_SIZES) if args.tiny else {}
+        overrides = {"tiny": True} if args.tiny else {}
         return [(n, overrides) for n in names if n != COLLATORS], COLLATORS in names, args.tiny
     suite = args.suite or "all"
     tiny = args.tiny or suite == "quick"
-    cases = [(n, {**kw, **(benchmark.TINY_SIZES if tiny else {})}) for n, kw in benchmark.SUITES[suite]]
+    cases = [(n, {"tiny": True} if tiny else {}) for n, _ in bench.suites()["all"]]
     return cases, True, tiny
 
 
@@ -192,14 +241,15 @@ def _run_bench(args: argparse.Namespace) -> int:
     import torch
     from tqdm.auto import tqdm
 
-    from hf_xfmr import benchmark
+    from hf_xfmr import bench
 
     if args.list:
-        width = max(map(len, [*benchmark.CASES, COLLATORS]))
-        for name in sorted(benchmark.CASES):
-            print(f"{name:<{width}}  {benchmark.case_summary(name)}")
-        print(f"{COLLATORS:<{width}}  data collator throughput, ours vs transformers' (hf_xfmr.data.bench)")
-        for suite, cases in benchmark.SUITES.items():
+        public = bench.public_cases()
+        width = max(map(len, [*public, COLLATORS]))
+        for name in public:
+            print(f"{name:<{width}}  {bench.case_summary(name)}")
+        print(f"{COLLATORS:<{width}}  data collator throughput, ours vs transformers' (hf_xfmr.bench.collators)")
+        for suite, cases in bench.suites().items():
             print(f"suite {suite}: {', '.join(n for n, _ in cases)}, {COLLATORS}")
         return 0
     if args.repeats is not None and args.repeats < 1:
@@ -216,30 +266,30 @@ def _run_bench(args: argparse.Namespace) -> int:
     results = []
     for name, overrides in tqdm(cases, desc="bench", unit="case", file=sys.stderr, disable=not cases):
         try:
-            case = benchmark.make_case(name, **overrides)
+            case = bench.make_case(name, **overrides)
         except ValueError as err:
             raise CommandError(f"case {name}: {err}") from None
         results.append(
-            benchmark.measure_case(
+            bench.measure_case(
                 case, repeats=repeats, warmup=args.warmup, threads=threads, memory=not args.no_memory, progress=True
             )
         )
     out = Path(args.output) if args.output else None
     if results:
-        table = benchmark.to_markdown(results)
+        table = bench.to_markdown(results)
         print(table)
         if out:
-            benchmark.to_json(results, out / "models.json", suite=args.suite, tiny=tiny)
+            bench.to_json(results, out / "models.json", suite=args.suite, tiny=tiny)
             (out / "models.md").write_text(table)
 
     if with_collators:
-        from hf_xfmr.data.bench import markdown_table
+        from hf_xfmr.bench.collators import markdown_table
 
         rows = _run_collator_benchmark(args, threads, tiny)
         text = markdown_table(rows)
         print(text)
         if out:
-            benchmark.to_json(rows, out / "collators.json")
+            bench.to_json(rows, out / "collators.json")
             (out / "collators.md").write_text(text)
     if out:
         print(f"results written to {out}/", file=sys.stderr)
@@ -489,23 +539,48 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="hf_xfmr: classic and modern transformer architectures as a Hugging Face plugin.",
+        epilog=(
+            f"A failing command prints one line, '{PROG} <command>: error: <what is wrong>', and exits with\n"
+            "status 2 (1 for an internal error); --debug shows the traceback."
+        ),
         formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add_command in COMMANDS:
         add_command(subparsers)
     return parser
 
 
+def _fail(args: argparse.Namespace, message: str, status: int) -> int:
+    print(f"{args.command_parser.prog}: error: {message}", file=sys.stderr)
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run `hf-xfmr`; returns the exit status (argparse errors raise SystemExit(2))."""
+    """Run `hf-xfmr`; returns the exit status: 0 on success, 2 for bad input (a `CommandError`, or
+    argparse's own errors, which raise SystemExit(2)), 1 for an unexpected exception (a bug)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    debug = getattr(args, "debug", False)
     try:
         return args.func(args)
     except CommandError as err:
-        args.command_parser.error(str(err))  # prints usage + "hf-xfmr <command>: error: ..." and exits 2
+        if debug:
+            traceback.print_exc()
+        return _fail(args, str(err), 2)
+    except KeyboardInterrupt:
+        return _fail(args, "interrupted", 130)
+    except Exception as err:
+        if debug:
+            raise
+        return _fail(
+            args,
+            f"unexpected {type(err).__name__}: {err} (this is a bug in hf-xfmr; rerun with --debug for the "
+            "traceback and report it)",
+            1,
+        )
 
 
 if __name__ == "__main__":

@@ -59,13 +59,13 @@ def tiny_mlm():
 
 def test_bad_inputs_raise_before_computation(tiny_mlm):
     ids = torch.randint(0, 1000, (2, 8))
-    with pytest.raises(ValueError, match="contains id 1000, outside the vocabulary \\[0, 1000\\)"):
+    with pytest.raises(ValueError, match="`input_ids` contains 1000, outside the vocabulary \\[0, 1000\\)"):
         tiny_mlm(input_ids=torch.full((2, 8), 1000))
     with pytest.raises(ValueError, match="`attention_mask` has shape \\(2, 7\\) but the inputs have shape \\(2, 8\\)"):
         tiny_mlm(input_ids=ids, attention_mask=torch.ones(2, 7))
-    with pytest.raises(ValueError, match="exceeds `max_position_embeddings`=128"):
+    with pytest.raises(ValueError, match="Sequence length 129 exceeds the 128 positions"):
         tiny_mlm(input_ids=torch.zeros(1, 129, dtype=torch.long))
-    with pytest.raises(ValueError, match="`token_type_ids` must be in \\[0, 2\\)"):
+    with pytest.raises(ValueError, match="`token_type_ids` contains 2, outside the token types \\[0, 2\\)"):
         tiny_mlm(input_ids=ids, token_type_ids=torch.full((2, 8), 2))
     with pytest.raises(ValueError, match="exactly one of `input_ids` or `inputs_embeds`"):
         tiny_mlm()

@@ -202,7 +202,7 @@ def test_unsupported_architectures_and_inputs_raise_clear_errors(tmp_path):
 
 def test_sparse_prediction_gives_the_same_loss_and_the_labelled_logits():
     ref, ours = build_pair("bert", "masked-lm", "sdpa")
-    ours.eval()
+    ours.train()  # sparse prediction is a training-mode optimisation (dropout is 0 in these configs)
     inputs = make_inputs("bert", "masked-lm")
     dense = ours(**inputs)
     ours.config.sparse_prediction = True
@@ -211,7 +211,12 @@ def test_sparse_prediction_gives_the_same_loss_and_the_labelled_logits():
     assert sparse.logits.shape == (int(labelled.sum()), 99)
     assert_close(sparse.logits, dense.logits[labelled], atol=1e-6, rtol=0)
     assert_close(sparse.loss, dense.loss, atol=1e-6, rtol=0)
-    # Without labels (inference, pipelines) the full logits come back.
+    assert_close(sparse.loss, ref(**inputs).loss, atol=ATOL, rtol=RTOL)
+    # In eval mode (Trainer.evaluate / predict) and without labels the full logits come back.
+    ours.eval()
+    evaluated = ours(**inputs)
+    assert evaluated.logits.shape == (*inputs["input_ids"].shape, 99)
+    assert_close(evaluated.loss, dense.loss, atol=1e-6, rtol=0)
     assert ours(input_ids=inputs["input_ids"]).logits.shape == (*inputs["input_ids"].shape, 99)
 
 

@@ -13,6 +13,7 @@ from .attention import (
     sdpa_attention_forward,
     varlen_attention_reference,
 )
+from .cross_entropy import linear_cross_entropy
 from .init import normal_init_, truncated_normal_init_
 from .masks import (
     block_diagonal_mask,

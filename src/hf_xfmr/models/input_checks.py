@@ -2,9 +2,40 @@
 
 A bad id or a mask of the wrong shape otherwise surfaces as an opaque index error inside an
 embedding (or, worse, as silently wrong broadcasting), far from the line that caused it.
+
+Shape checks are plain Python on static shapes. Value checks (ids inside the vocabulary, positions
+inside the table) need the data: in eager mode they read min/max and raise a ValueError naming the
+offending value; under `torch.compile` they become `torch._assert_async` ops, which compile without
+graph breaks (no `.item()` on the hot path) and still raise a RuntimeError with the same advice.
 """
 
 import torch
+
+
+def check_value_range(name: str, tensor: torch.Tensor, low: int, high: int, advice: str,
+                      what: str = "the valid range") -> None:
+    """Raise unless every value of `tensor` lies in [low, high) (`what` names that range)."""
+    if tensor is None or not tensor.numel():
+        return
+    if torch.compiler.is_compiling():
+        torch._assert_async(((tensor >= low) & (tensor < high)).all(),
+                            f"`{name}` has values outside {what} [{low}, {high}). {advice}")
+        return
+    smallest, largest = int(tensor.min()), int(tensor.max())
+    if smallest < low or largest >= high:
+        bad = smallest if smallest < low else largest
+        raise ValueError(f"`{name}` contains {bad}, outside {what} [{low}, {high}). {advice}")
+
+
+def check_labels_shape(name: str, labels: torch.Tensor | None, expected: tuple | None) -> None:
+    """Token-level labels must have exactly the inputs' (B, T) shape."""
+    if labels is None or expected is None:
+        return
+    if tuple(labels.shape) != tuple(expected):
+        raise ValueError(
+            f"`{name}` has shape {tuple(labels.shape)} but the inputs have shape {tuple(expected)}; token-level "
+            f"labels need one entry per input token (-100 where there is nothing to predict)."
+        )
 
 
 def check_encoder_inputs(
@@ -17,8 +48,14 @@ def check_encoder_inputs(
     vocab_size: int,
     type_vocab_size: int | None,
     max_positions: int | None,
+    position_table_size: int | None = None,
 ) -> tuple[int, int]:
-    """Validate the usual encoder inputs; returns (batch, seq_len)."""
+    """Validate the usual encoder inputs; returns (batch, seq_len).
+
+    `max_positions` is the longest sequence the model takes without explicit `position_ids` (for
+    RoBERTa, the table size minus its `pad_token_id + 1` offset); `position_table_size` bounds explicit
+    `position_ids` (default: `max_positions`).
+    """
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds`.")
     if input_ids is not None:
@@ -27,21 +64,17 @@ def check_encoder_inputs(
         if input_ids.dtype.is_floating_point:
             raise ValueError(f"`input_ids` must hold integer token ids, got dtype {input_ids.dtype}.")
         batch, seq_len = input_ids.shape
-        if input_ids.numel() and not torch.compiler.is_compiling():
-            low, high = int(input_ids.min()), int(input_ids.max())
-            if low < 0 or high >= vocab_size:
-                bad = low if low < 0 else high
-                raise ValueError(
-                    f"`input_ids` contains id {bad}, outside the vocabulary [0, {vocab_size}). The tokenizer and "
-                    f"the model disagree: use the model's own tokenizer or resize the embeddings with "
-                    f"`model.resize_token_embeddings(len(tokenizer))`."
-                )
     else:
         if inputs_embeds.dim() != 3:
             raise ValueError(
                 f"`inputs_embeds` must have shape (batch, seq_len, hidden), got {tuple(inputs_embeds.shape)}."
             )
         batch, seq_len = inputs_embeds.shape[:2]
+    if batch == 0 or seq_len == 0:
+        raise ValueError(
+            f"The inputs are empty (batch, seq_len) = ({batch}, {seq_len}); every batch needs at least one "
+            f"sequence of at least one token. Drop empty examples before batching."
+        )
     for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids),
                          ("position_ids", position_ids)):
         if tensor is not None and tuple(tensor.shape) != (batch, seq_len):
@@ -51,17 +84,29 @@ def check_encoder_inputs(
                 f"`{name}` has shape {tuple(tensor.shape)} but the inputs have shape ({batch}, {seq_len}); "
                 f"it must have one entry per token."
             )
-    if max_positions is not None and seq_len > max_positions:
+    if max_positions is not None and position_ids is None and seq_len > max_positions:
         raise ValueError(
-            f"Sequence length {seq_len} exceeds `max_position_embeddings`={max_positions}; truncate the inputs "
+            f"Sequence length {seq_len} exceeds the {max_positions} positions this model has; truncate the inputs "
             f"(e.g. tokenizer(..., truncation=True, max_length={max_positions}))."
         )
-    if token_type_ids is not None and type_vocab_size is not None and token_type_ids.numel():
-        if not torch.compiler.is_compiling():
-            low, high = int(token_type_ids.min()), int(token_type_ids.max())
-            if low < 0 or high >= type_vocab_size:
-                raise ValueError(
-                    f"`token_type_ids` must be in [0, {type_vocab_size}) for this model "
-                    f"(type_vocab_size={type_vocab_size}), got values in [{low}, {high}]."
-                )
+    if input_ids is not None:
+        check_value_range(
+            "input_ids", input_ids, 0, vocab_size,
+            "The tokenizer and the model disagree: use the model's own tokenizer or resize the embeddings "
+            "with `model.resize_token_embeddings(len(tokenizer))`.",
+            what="the vocabulary",
+        )
+    if token_type_ids is not None and type_vocab_size is not None:
+        check_value_range(
+            "token_type_ids", token_type_ids, 0, type_vocab_size,
+            f"Use token types below `type_vocab_size`={type_vocab_size}.",
+            what="the token types",
+        )
+    table = position_table_size if position_table_size is not None else max_positions
+    if position_ids is not None and table is not None:
+        check_value_range(
+            "position_ids", position_ids, 0, table,
+            f"Shorten the inputs or renumber the positions (`max_position_embeddings`={table}).",
+            what="the position table",
+        )
     return batch, seq_len

@@ -11,10 +11,22 @@ import torch.nn.functional as F
 IGNORE_INDEX = -100
 
 
-def token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over positions whose label is not -100. logits (..., V), labels (...)."""
-    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1),
-                           ignore_index=IGNORE_INDEX)
+def token_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+    """Mean cross-entropy over positions whose label is not -100. logits (..., V), labels (...).
+
+    The sum is divided by the number of labelled positions, or by `num_items_in_batch` when Trainer
+    passes it (the count over all gradient-accumulation micro-batches). A batch with no labelled
+    position gives a loss of 0 with a zero gradient instead of NaN (0 / 0), so an empty batch cannot
+    poison the optimizer state.
+    """
+    labels = labels.reshape(-1)
+    total = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels, ignore_index=IGNORE_INDEX,
+                            reduction="sum")
+    if num_items_in_batch is None:
+        count = (labels != IGNORE_INDEX).sum()
+    else:
+        count = torch.as_tensor(num_items_in_batch, device=total.device)
+    return total / count.clamp(min=1).to(total.dtype)
 
 
 def sequence_classification_loss(logits: torch.Tensor, labels: torch.Tensor, config) -> torch.Tensor:
@@ -46,10 +58,17 @@ def sequence_classification_loss(logits: torch.Tensor, labels: torch.Tensor, con
 def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor, start_positions: torch.Tensor,
               end_positions: torch.Tensor) -> torch.Tensor:
     """Extractive QA loss: mean of start and end cross-entropies. Positions outside the sequence
-    (e.g. an answer truncated away) are clamped to T and ignored."""
+    (e.g. an answer truncated away) are clamped to T and ignored; a batch where every answer was
+    truncated away gives 0, not NaN."""
     seq_len = start_logits.shape[1]
     start = start_positions.reshape(-1).clamp(0, seq_len)
     end = end_positions.reshape(-1).clamp(0, seq_len)
-    start_loss = F.cross_entropy(start_logits.float(), start, ignore_index=seq_len)
-    end_loss = F.cross_entropy(end_logits.float(), end, ignore_index=seq_len)
+    start_loss = _mean_cross_entropy(start_logits.float(), start, ignore_index=seq_len)
+    end_loss = _mean_cross_entropy(end_logits.float(), end, ignore_index=seq_len)
     return (start_loss + end_loss) / 2
+
+
+def _mean_cross_entropy(logits, target, ignore_index):
+    """F.cross_entropy's mean over non-ignored targets, but 0 (not NaN) when every target is ignored."""
+    total = F.cross_entropy(logits, target, ignore_index=ignore_index, reduction="sum")
+    return total / (target != ignore_index).sum().clamp(min=1).to(total.dtype)

@@ -20,15 +20,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import (
-    BaseModelOutputWithPooling,
-    MaskedLMOutput,
-    ModelOutput,
-    MultipleChoiceModelOutput,
-    QuestionAnsweringModelOutput,
-    SequenceClassifierOutput,
-    TokenClassifierOutput,
-)
+from transformers.modeling_outputs import BaseModelOutputWithPooling, ModelOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from ...layers.attention import ATTENTION_KERNELS, eager_attention_forward
@@ -36,8 +28,17 @@ from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
 from ...layers.masks import padding_mask
 from ...layers.mlp import MLP, get_activation
-from ..input_checks import check_encoder_inputs
-from ..losses import IGNORE_INDEX, sequence_classification_loss, span_loss, token_loss
+from ..heads import (
+    MaskedLMHead,
+    MultipleChoiceHead,
+    QuestionAnsweringHead,
+    SequenceClassificationHead,
+    TaskHead,
+    TokenClassificationHead,
+    masked_lm_logits_and_loss,
+)
+from ..input_checks import check_encoder_inputs, check_labels_shape
+from ..losses import token_loss
 from .configuration_bert import XfmrBertConfig
 
 
@@ -51,6 +52,7 @@ class XfmrBertEmbeddings(nn.Module):
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
+        self.max_length = config.max_position_embeddings  # longest input with default positions
 
     def default_position_ids(self, input_ids, seq_len, device):
         return torch.arange(seq_len, device=device).unsqueeze(0)  # (1, T)
@@ -183,7 +185,7 @@ class XfmrBertModel(XfmrBertPreTrainedModel):
         check_encoder_inputs(
             input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
             vocab_size=self.config.vocab_size, type_vocab_size=self.config.type_vocab_size,
-            max_positions=self.config.max_position_embeddings,
+            max_positions=self.embeddings.max_length, position_table_size=self.config.max_position_embeddings,
         )
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = (
@@ -192,9 +194,10 @@ class XfmrBertModel(XfmrBertPreTrainedModel):
         return_dict = self.config.return_dict if return_dict is None else return_dict
 
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, C)
-        # A mask of all ones is dropped so SDPA can take its fastest unmasked kernel.
+        # A mask of all ones is dropped so SDPA can take its fastest unmasked kernel. That test reads
+        # the data, so a compiled graph keeps the mask instead (same result, no graph break).
         mask = None
-        if attention_mask is not None and not bool(attention_mask.all()):
+        if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
             mask = padding_mask(attention_mask)  # (B, 1, 1, T) bool, True = attend
 
         all_hidden_states = (hidden_states,) if output_hidden_states else None
@@ -228,16 +231,12 @@ class XfmrBertLMHead(nn.Module):
         return self.decoder(self.norm(self.act(self.dense(hidden_states))))  # (..., V)
 
 
-def masked_lm_logits_and_loss(lm_head, hidden_states, labels, sparse: bool):
-    """Run the MLM head; with `sparse` and labels, only on labelled positions (logits then (N, V))."""
-    if labels is not None and sparse:
-        labels = labels.reshape(-1)
-        keep = (labels != IGNORE_INDEX).nonzero().squeeze(1)  # (N,)
-        hidden_states = hidden_states.reshape(-1, hidden_states.shape[-1]).index_select(0, keep)  # (N, C)
-        labels = labels.index_select(0, keep)
-    logits = lm_head(hidden_states)
-    loss = token_loss(logits, labels) if labels is not None else None
-    return logits, loss
+# -- task heads (shared machinery in models/heads.py; BERT states its backbone and pooling) ----------
+class XfmrBertForMaskedLM(MaskedLMHead, XfmrBertPreTrainedModel):
+    base_model_class = XfmrBertModel
+    base_model_kwargs = {"add_pooling_layer": False}
+    lm_head_class = XfmrBertLMHead
+    _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
 
 
 @dataclass
@@ -251,65 +250,11 @@ class XfmrBertForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
-class XfmrBertHeadModel(XfmrBertPreTrainedModel):
-    """Base of the task heads: owns `self.model` (the encoder) and runs it."""
-
-    base_model_class = XfmrBertModel
-    add_pooling_layer = False
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.model = self.base_model_class(config, add_pooling_layer=self.add_pooling_layer)
-
-    def classifier_dropout(self):
-        p = self.config.classifier_dropout
-        return Dropout(self.config.hidden_dropout_prob if p is None else p)
-
-    def encode(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-               output_attentions, output_hidden_states):
-        return self.model(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-            position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states, return_dict=True,
-        )
-
-    def finish(self, output, return_dict):
-        """The output object, or its tuple form when `return_dict` (or the config's default) says so."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        return output if return_dict else output.to_tuple()
-
-
-class XfmrBertForMaskedLM(XfmrBertHeadModel):
-    lm_head_class = XfmrBertLMHead
-    _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.lm_head = self.lm_head_class(config)
-        self.post_init()
-
-    def get_output_embeddings(self):
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, new_embeddings):
-        self.lm_head.decoder = new_embeddings
-
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
-                return_dict=None):
-        """`labels` (B, T): target ids at masked positions, -100 elsewhere."""
-        out = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                          output_attentions, output_hidden_states)
-        logits, loss = masked_lm_logits_and_loss(self.lm_head, out.last_hidden_state, labels,
-                                                 self.config.sparse_prediction)
-        return self.finish(MaskedLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
-                                          attentions=out.attentions), return_dict)
-
-
-class XfmrBertForPreTraining(XfmrBertHeadModel):
+class XfmrBertForPreTraining(TaskHead, XfmrBertPreTrainedModel):
     """MLM + next-sentence prediction (NSP), the original BERT pretraining objective."""
 
-    add_pooling_layer = True
+    base_model_class = XfmrBertModel
+    base_model_kwargs = {"add_pooling_layer": True}
     _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
 
     def __init__(self, config):
@@ -328,10 +273,13 @@ class XfmrBertForPreTraining(XfmrBertHeadModel):
                 inputs_embeds=None, labels=None, next_sentence_label=None, output_attentions=None,
                 output_hidden_states=None, return_dict=None):
         """`labels` (B, T) as for MLM; `next_sentence_label` (B,): 0 = B follows A, 1 = B is random."""
-        out = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                          output_attentions, output_hidden_states)
-        logits, loss = masked_lm_logits_and_loss(self.lm_head, out.last_hidden_state, labels,
-                                                 self.config.sparse_prediction)
+        source = input_ids if input_ids is not None else inputs_embeds
+        check_labels_shape("labels", labels, None if source is None else tuple(source.shape[:2]))
+        out = self.encode(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                          position_ids=position_ids, inputs_embeds=inputs_embeds,
+                          output_attentions=output_attentions, output_hidden_states=output_hidden_states)
+        sparse = self.config.sparse_prediction and self.training
+        logits, loss = masked_lm_logits_and_loss(self.lm_head, out.last_hidden_state, labels, sparse)
         nsp_logits = self.nsp_head(out.pooler_output)  # (B, 2)
         if loss is not None and next_sentence_label is not None:
             loss = loss + token_loss(nsp_logits, next_sentence_label)
@@ -340,98 +288,30 @@ class XfmrBertForPreTraining(XfmrBertHeadModel):
             hidden_states=out.hidden_states, attentions=out.attentions), return_dict)
 
 
-class XfmrBertForSequenceClassification(XfmrBertHeadModel):
-    """Pooled [CLS] -> dropout -> linear. Regression when `num_labels == 1`."""
+class XfmrBertForSequenceClassification(SequenceClassificationHead, XfmrBertPreTrainedModel):
+    """Pooled [CLS] (tanh pooler) -> dropout -> linear. Regression when `num_labels == 1`."""
 
-    add_pooling_layer = True
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.dropout = self.classifier_dropout()
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        self.post_init()
-
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
-                return_dict=None):
-        out = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                          output_attentions, output_hidden_states)
-        logits = self.classifier(self.dropout(out.pooler_output))  # (B, num_labels)
-        loss = sequence_classification_loss(logits, labels, self.config) if labels is not None else None
-        return self.finish(SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
-                                                    attentions=out.attentions), return_dict)
+    base_model_class = XfmrBertModel
+    base_model_kwargs = {"add_pooling_layer": True}
+    pooling = "pooler"
 
 
-class XfmrBertForTokenClassification(XfmrBertHeadModel):
-    def __init__(self, config):
-        super().__init__(config)
-        self.dropout = self.classifier_dropout()
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        self.post_init()
-
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
-                return_dict=None):
-        """`labels` (B, T): a class per token, -100 for tokens to ignore (padding, sub-words)."""
-        out = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                          output_attentions, output_hidden_states)
-        logits = self.classifier(self.dropout(out.last_hidden_state))  # (B, T, num_labels)
-        loss = token_loss(logits, labels) if labels is not None else None
-        return self.finish(TokenClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
-                                                 attentions=out.attentions), return_dict)
+class XfmrBertForTokenClassification(TokenClassificationHead, XfmrBertPreTrainedModel):
+    base_model_class = XfmrBertModel
+    base_model_kwargs = {"add_pooling_layer": False}
 
 
-class XfmrBertForQuestionAnswering(XfmrBertHeadModel):
-    def __init__(self, config):
-        super().__init__(config)
-        self.qa_outputs = nn.Linear(config.hidden_size, 2)
-        self.post_init()
-
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, start_positions=None, end_positions=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None):
-        """`start_positions` / `end_positions` (B,): token indices of the answer span."""
-        out = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                          output_attentions, output_hidden_states)
-        logits = self.qa_outputs(out.last_hidden_state)  # (B, T, 2)
-        start_logits, end_logits = (x.squeeze(-1).contiguous() for x in logits.split(1, dim=-1))  # (B, T) each
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            loss = span_loss(start_logits, end_logits, start_positions, end_positions)
-        return self.finish(QuestionAnsweringModelOutput(
-            loss=loss, start_logits=start_logits, end_logits=end_logits,
-            hidden_states=out.hidden_states, attentions=out.attentions), return_dict)
+class XfmrBertForQuestionAnswering(QuestionAnsweringHead, XfmrBertPreTrainedModel):
+    base_model_class = XfmrBertModel
+    base_model_kwargs = {"add_pooling_layer": False}
 
 
-class XfmrBertForMultipleChoice(XfmrBertHeadModel):
+class XfmrBertForMultipleChoice(MultipleChoiceHead, XfmrBertPreTrainedModel):
     """Each (context, choice) pair is encoded separately; pooled [CLS] -> one score per choice."""
 
-    add_pooling_layer = True
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.dropout = self.classifier_dropout()
-        self.classifier = nn.Linear(config.hidden_size, 1)
-        self.post_init()
-
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
-                return_dict=None):
-        """Inputs are (B, K, T) (`inputs_embeds` (B, K, T, C)); `labels` (B,) index the right choice."""
-        source = input_ids if input_ids is not None else inputs_embeds
-        if source is None or source.dim() < 3:
-            raise ValueError("Multiple choice inputs must have shape (batch, num_choices, seq_len).")
-        num_choices = source.shape[1]
-
-        def flat(x):
-            return None if x is None else x.reshape(-1, *x.shape[2:])  # (B, K, ...) -> (B*K, ...)
-
-        out = self.encode(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(position_ids),
-                          flat(inputs_embeds), output_attentions, output_hidden_states)
-        logits = self.classifier(self.dropout(out.pooler_output)).view(-1, num_choices)  # (B, K)
-        loss = token_loss(logits, labels) if labels is not None else None
-        return self.finish(MultipleChoiceModelOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
-                                                     attentions=out.attentions), return_dict)
+    base_model_class = XfmrBertModel
+    base_model_kwargs = {"add_pooling_layer": True}
+    pooling = "pooler"
 
 
 __all__ = [

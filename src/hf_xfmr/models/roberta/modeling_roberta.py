@@ -15,22 +15,21 @@ Shapes: B batch, T sequence length, C hidden size.
 
 import torch
 from torch import nn
-from transformers.modeling_outputs import SequenceClassifierOutput
 
+from ...layers.dropout import Dropout
 from ...layers.mlp import get_activation
-from .configuration_roberta import XfmrRobertaConfig
 from ..bert.modeling_bert import (
     XfmrBertEmbeddings,
     XfmrBertForMaskedLM,
     XfmrBertForMultipleChoice,
     XfmrBertForQuestionAnswering,
     XfmrBertForTokenClassification,
-    XfmrBertHeadModel,
     XfmrBertLMHead,
     XfmrBertModel,
     XfmrBertPreTrainedModel,
 )
-from ..losses import sequence_classification_loss
+from ..heads import SequenceClassificationHead
+from .configuration_roberta import XfmrRobertaConfig
 
 
 class XfmrRobertaEmbeddings(XfmrBertEmbeddings):
@@ -42,6 +41,8 @@ class XfmrRobertaEmbeddings(XfmrBertEmbeddings):
         self.position_embeddings = nn.Embedding(
             config.max_position_embeddings, config.hidden_size, padding_idx=config.pad_token_id
         )
+        # Positions start at pad_token_id + 1, so that many table entries are never used by real tokens.
+        self.max_length = config.max_position_embeddings - self.padding_idx - 1
 
     def default_position_ids(self, input_ids, seq_len, device):
         if input_ids is None:  # embeddings given directly: no way to tell padding, number every token
@@ -67,15 +68,14 @@ class XfmrRobertaLMHead(XfmrBertLMHead):
 class XfmrRobertaClassificationHead(nn.Module):
     """<s> state -> dropout -> dense -> tanh -> dropout -> out_proj."""
 
-    def __init__(self, config, dropout: nn.Dropout):
+    def __init__(self, config, num_labels: int, dropout: float):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.dropout = dropout
-        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
+        self.dropout = Dropout(dropout)
+        self.out_proj = nn.Linear(config.hidden_size, num_labels)
 
-    def forward(self, hidden_states):
-        x = self.dropout(hidden_states[:, 0])  # (B, C)
-        x = self.dropout(torch.tanh(self.dense(x)))
+    def forward(self, pooled):
+        x = self.dropout(torch.tanh(self.dense(self.dropout(pooled))))  # (B, C)
         return self.out_proj(x)  # (B, num_labels)
 
 
@@ -84,23 +84,13 @@ class XfmrRobertaForMaskedLM(XfmrRobertaPreTrainedModel, XfmrBertForMaskedLM):
     lm_head_class = XfmrRobertaLMHead
 
 
-class XfmrRobertaForSequenceClassification(XfmrRobertaPreTrainedModel, XfmrBertHeadModel):
+class XfmrRobertaForSequenceClassification(SequenceClassificationHead, XfmrRobertaPreTrainedModel):
     base_model_class = XfmrRobertaModel
+    base_model_kwargs = {"add_pooling_layer": False}
+    pooling = "first"
 
-    def __init__(self, config):
-        super().__init__(config)
-        self.classifier = XfmrRobertaClassificationHead(config, self.classifier_dropout())
-        self.post_init()
-
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
-                return_dict=None):
-        out = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                          output_attentions, output_hidden_states)
-        logits = self.classifier(out.last_hidden_state)  # (B, num_labels)
-        loss = sequence_classification_loss(logits, labels, self.config) if labels is not None else None
-        return self.finish(SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
-                                                    attentions=out.attentions), return_dict)
+    def build_classifier(self, config, num_outputs):
+        return XfmrRobertaClassificationHead(config, num_outputs, self.classifier_dropout_prob())
 
 
 class XfmrRobertaForTokenClassification(XfmrRobertaPreTrainedModel, XfmrBertForTokenClassification):

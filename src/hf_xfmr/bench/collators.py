@@ -5,8 +5,9 @@ corpus) and run under the same torch intra-op thread setting (reported as `threa
 collators pin themselves to 1 thread inside the call by default). Runs are interleaved (ours,
 reference, ours, ...) batch by batch after a warm-up, so background load hits both alike; the
 median time per batch over `repeats` batches per side (default 40) is reported. Interleaving also
-means each of our calls starts with caches that the reference has just filled with its own data. Used by `benchmarks/bench_collators.py`
-and importable by `hf-xfmr bench`: `run(quick=False) -> list[dict]`.
+means each of our calls starts with caches that the reference has just filled with its own data.
+Used by `benchmarks/bench_collators.py` and `hf-xfmr bench` (the pseudo-case "collators"):
+`benchmark_collators(...) -> list[dict]`, `markdown_table(rows)`.
 """
 
 import statistics
@@ -14,7 +15,7 @@ import time
 
 import torch
 
-from .corpus import default_corpus, document_text
+from ..data.corpus import default_corpus, document_text
 
 
 def _rows(tokenizer, seq_len: int, n: int, xlnet: bool) -> list[dict]:
@@ -63,9 +64,9 @@ def benchmark_collators(batch_size: int = 8, seq_len: int = 512, repeats: int = 
     """
     from transformers import DataCollatorForLanguageModeling, DataCollatorForPermutationLanguageModeling
 
-    from .mlm import DataCollatorForMLM
-    from .plm import DataCollatorForPLM
-    from .tokenizers import train_tokenizer
+    from ..data.mlm import DataCollatorForMLM
+    from ..data.plm import DataCollatorForPLM
+    from ..data.tokenizers import train_tokenizer
 
     previous_threads = torch.get_num_threads()
     if num_threads:

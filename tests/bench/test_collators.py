@@ -1,6 +1,6 @@
 """The collator benchmark runs and reports the fields `hf-xfmr bench` reads (timing is not asserted)."""
 
-from hf_xfmr.data.bench import benchmark_collators, markdown_table
+from hf_xfmr.bench.collators import benchmark_collators, markdown_table
 
 
 def test_benchmark_rows():

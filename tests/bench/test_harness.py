@@ -1,5 +1,5 @@
 """The side-by-side benchmark harness: timing structure, statistics, reports, memory in a child process,
-and the registered model cases run end to end at tiny sizes."""
+the case registry, and every registered model case run at tiny sizes."""
 
 import json
 import math
@@ -8,13 +8,11 @@ import os
 import pytest
 import torch
 
-from hf_xfmr import benchmark
-from hf_xfmr.benchmark import (
+from hf_xfmr import bench
+from hf_xfmr.bench import (
     SIDES,
-    TINY_SIZES,
     BenchCase,
     SideStats,
-    ToyMLP,
     make_case,
     measure_case,
     peak_memory,
@@ -22,9 +20,7 @@ from hf_xfmr.benchmark import (
     to_json,
     to_markdown,
 )
-
-MODEL_CASES = ["bert-mlm-train", "bert-mlm-train-bf16", "bert-mlm-train-dense", "bert-mlm-infer", "roberta-mlm-train"]
-
+from hf_xfmr.bench.toy import ToyMLP
 
 def _counting_case(repeats_ours=1, repeats_ref=1, mode="train"):
     """A toy case that keeps its two models, so tests can look at them after timing."""
@@ -153,14 +149,22 @@ def test_peak_memory_reports_child_errors():
         peak_memory(case, "ref", threads=1)
 
 
-def test_suites_reference_registered_cases():
-    assert benchmark.SUITES["all"] and benchmark.SUITES["quick"]
-    for suite in benchmark.SUITES.values():
+def test_suites_reference_registered_public_cases():
+    suites = bench.suites()
+    assert suites["all"] and suites["quick"]
+    assert [name for name, _ in suites["all"]] == [name for name, _ in suites["quick"]]
+    for suite in suites.values():
         for name, overrides in suite:
-            assert name in benchmark.CASES
+            assert name in bench.public_cases()
             json.dumps(overrides)  # must travel to a child process
-    assert [name for name, _ in benchmark.SUITES["quick"]] == MODEL_CASES
-    assert all(overrides == TINY_SIZES for _, overrides in benchmark.SUITES["quick"])
+    for name, overrides in suites["quick"]:
+        assert overrides == bench.CASES[name].tiny and overrides, name
+
+
+def test_test_only_cases_are_hidden():
+    assert "toy-mlp" in bench.CASES and "toy-mlp" not in bench.public_cases()
+    assert "toy-mlp" not in [name for name, _ in bench.suites()["all"]]
+    assert make_case("toy-mlp", tiny=True).factory_kwargs == {"dim": 16, "batch": 4}
 
 
 def test_headline_case_defaults():
@@ -176,17 +180,16 @@ def test_headline_case_defaults():
     assert torch.equal(batch["labels"][labelled], batch["input_ids"][labelled])
     assert torch.equal(case.make_batch()["labels"], batch["labels"])  # seeded
     assert make_case("bert-mlm-train-bf16").autocast_dtype is torch.bfloat16
-    assert "labels" not in make_case("bert-mlm-infer", **TINY_SIZES).make_batch()
+    assert "labels" not in make_case("bert-mlm-infer", tiny=True).make_batch()
 
 
-@pytest.mark.parametrize("name", MODEL_CASES)
+@pytest.mark.parametrize("name", bench.public_cases())
 def test_model_case_pairs_match(name):
-    """The two sides of each case start from identical weights: same loss / logits in eval mode."""
-    case = make_case(name, **TINY_SIZES)
+    """The two sides of every public case start from identical weights: same loss / logits in eval mode."""
+    case = make_case(name, tiny=True)
     torch.manual_seed(0)
     ours, ref = case.build_pair()
     assert type(ours).__name__.startswith("Xfmr") and not type(ref).__name__.startswith("Xfmr")
-    assert ours.config.sparse_prediction is (name != "bert-mlm-train-dense")
     batch = case.make_batch()
     ours.eval(), ref.eval()
     with torch.no_grad():
@@ -198,7 +201,7 @@ def test_model_case_pairs_match(name):
 
 
 def test_quick_bert_case_end_to_end():
-    result = measure_case(make_case("bert-mlm-train", **TINY_SIZES), repeats=2, warmup=1, threads=1, memory=True)
+    result = measure_case(make_case("bert-mlm-train", tiny=True), repeats=2, warmup=1, threads=1, memory=True)
     assert result.case == "bert-mlm-train" and result.mode == "train" and result.dtype == "fp32"
     assert math.isfinite(result.speed_ratio) and result.speed_ratio > 0
     assert result.memory["ours"]["peak_mb"] >= 0 and result.memory["ref"]["peak_mb"] >= 0
@@ -206,7 +209,19 @@ def test_quick_bert_case_end_to_end():
 
 
 def test_profile_case_reports_both_sides():
-    tables = benchmark.profile_case(make_case("toy-mlp", dim=32), steps=1, warmup=0, threads=1, top=5)
+    tables = bench.profile_case(make_case("toy-mlp", dim=32), steps=1, warmup=0, threads=1, top=5)
     assert set(tables) == set(SIDES)
     for table in tables.values():
         assert "aten::" in table and "Self CPU" in table
+
+
+def test_sweep_table_and_plot(tmp_path):
+    from hf_xfmr.bench.sweep import plot_sweep, run_sweep, sweep_markdown
+
+    rows = run_sweep("toy-mlp", "dim", [8, 16], repeats=1, warmup=0, threads=1, memory=False, batch=4)
+    assert [row["dim"] for row in rows] == [8, 16] and all(row["speed_ratio"] > 0 for row in rows)
+    rows.append({"case": "toy-mlp", "dim": 32, "error": "out of memory"})
+    table = sweep_markdown(rows, "dim")
+    assert table.splitlines()[0].startswith("| dim | ours ms") and "out of memory" in table
+    png = plot_sweep(rows, "dim", tmp_path / "sweep.png", title="toy")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,4 +1,7 @@
-"""Side-by-side benchmarks: an hf_xfmr model against its transformers reference.
+"""The side-by-side benchmark harness: an hf_xfmr model against its transformers reference.
+
+This module knows no architecture: the cases live in one module per architecture in this package
+(`bench/bert.py`, ...), each registering its factories with `register_case`.
 
 A `BenchCase` names a pair of models with identical weights ("ours", "ref") and one batch that both
 accept. `time_case` builds the pair once, runs warm-up steps on each (not timed), then alternates the
@@ -7,7 +10,7 @@ other processes, page cache) hit both sides alike, and reports per-side statisti
 and the speed ratio `ref median / ours median` (> 1 means ours is faster).
 
 `peak_memory` measures one side in its own child process (forked from a forkserver that has only
-imported hf_xfmr, or `python -m hf_xfmr.benchmark --memory ...`), so the two sides never share an
+imported hf_xfmr, or `python -m hf_xfmr.bench --memory ...`), so the two sides never share an
 allocator or its cached blocks. What it reports is the growth of the
 memory in use during ONE steady-state step over the memory held right before it (weights, optimizer
 state, batch): i.e. activations, gradients and temporaries.
@@ -24,8 +27,8 @@ state, batch): i.e. activations, gradients and temporaries.
   the step's; the method used is recorded with every measurement.
 
 Cases are built by name from the `CASES` registry (a child process can only rebuild a case by name).
-Case factories take JSON-friendly keyword overrides (sizes, dtype names), so tests and the quick suite
-reuse the headline cases at tiny sizes.
+Case factories take JSON-friendly keyword overrides (sizes, dtype names); each registration also names
+the overrides that shrink the case to "tiny" sizes, which the quick suite and the tests use.
 """
 
 import argparse
@@ -109,32 +112,73 @@ class BenchCase:
 
 
 CaseFactory = Callable[..., BenchCase]
-CASES: dict[str, CaseFactory] = {}
 
 
-def register_case(name: str) -> Callable[[CaseFactory], CaseFactory]:
-    """Decorator: register `factory(**overrides) -> BenchCase` under `name`."""
+@dataclass(frozen=True)
+class CaseSpec:
+    """A registered case: its factory, the overrides that make it tiny, and where it is listed."""
+
+    factory: CaseFactory
+    tiny: dict[str, Any]
+    in_suites: bool  # part of the "all" (full size) and "quick" (tiny) suites
+    hidden: bool  # harness self-checks: not listed, not offered on the command line
+
+
+CASES: dict[str, CaseSpec] = {}
+
+
+def register_case(name: str, *, tiny: dict[str, Any] | None = None, in_suites: bool = True,
+                  hidden: bool = False) -> Callable[[CaseFactory], CaseFactory]:
+    """Decorator: register `factory(**overrides) -> BenchCase` under `name`.
+
+    `tiny` holds the overrides that shrink the case to a smoke-test size (`--tiny`, the quick suite).
+    """
 
     def decorator(factory: CaseFactory) -> CaseFactory:
         if name in CASES:
             raise ValueError(f"benchmark case {name!r} is already registered")
-        CASES[name] = factory
+        CASES[name] = CaseSpec(factory, dict(tiny or {}), in_suites and not hidden, hidden)
         return factory
 
     return decorator
 
 
-def make_case(name: str, **overrides: Any) -> BenchCase:
-    """Build the registered case `name`; `overrides` (JSON-friendly) go to its factory."""
+def public_cases() -> list[str]:
+    """Names of the cases offered to users (sorted)."""
+    return sorted(name for name, spec in CASES.items() if not spec.hidden)
+
+
+def suites() -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """Named suites as (case name, overrides): "all" at full size, "quick" at each case's tiny size."""
+    names = [name for name, spec in CASES.items() if spec.in_suites]
+    return {"all": [(name, {}) for name in names], "quick": [(name, dict(CASES[name].tiny)) for name in names]}
+
+
+def make_case(name: str, *, tiny: bool = False, **overrides: Any) -> BenchCase:
+    """Build the registered case `name`; `tiny` applies its tiny sizes, then `overrides` (JSON-friendly)."""
     if name not in CASES:
-        known = ", ".join(sorted(CASES))
+        known = ", ".join(public_cases())
         raise KeyError(f"unknown benchmark case {name!r}; known cases: {known}")
-    factory = CASES[name]
-    case = factory(**overrides)
+    spec = CASES[name]
+    kwargs = {**(spec.tiny if tiny else {}), **overrides}
+    case = spec.factory(**kwargs)
     case.factory = name
-    case.factory_kwargs = dict(overrides)
-    case.factory_module = factory.__module__
+    case.factory_kwargs = kwargs
+    case.factory_module = spec.factory.__module__
     return case
+
+
+def case_summary(name: str) -> str:
+    """First line of a registered factory's docstring."""
+    doc = (CASES[name].factory.__doc__ or "").strip()
+    return doc.splitlines()[0] if doc else ""
+
+
+def dtype_from_name(name: str) -> torch.dtype | None:
+    """"fp32" -> None (no autocast), "bf16" / "fp16" -> the autocast dtype."""
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {name!r}")
+    return DTYPES[name]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -442,7 +486,7 @@ def _memory_child(conn, factory: str, kwargs: dict, module: str | None, side: st
         conn.close()
 
 
-_FORKSERVER_PRELOAD = ["hf_xfmr", "hf_xfmr.benchmark"]
+_FORKSERVER_PRELOAD = ["hf_xfmr", "hf_xfmr.bench"]
 
 
 def peak_memory(
@@ -460,7 +504,7 @@ def peak_memory(
     The child rebuilds the case from the registry (`case.factory`, `case.factory_kwargs`), so `case`
     must come from `make_case`. `process="forkserver"` forks each child from a server process that has
     imported hf_xfmr once and never built a model (fast: importing hf_xfmr takes seconds);
-    `process="subprocess"` starts `python -m hf_xfmr.benchmark --memory ...` instead."""
+    `process="subprocess"` starts `python -m hf_xfmr.bench --memory ...` instead."""
     if side not in SIDES:
         raise ValueError(f"side must be one of {SIDES}, got {side!r}")
     if case.factory is None:
@@ -506,7 +550,7 @@ def peak_memory(
 
 def _peak_memory_subprocess(case, side, module, threads, warmup, seed, timeout) -> MemoryResult:
     cmd = [
-        sys.executable, "-m", "hf_xfmr.benchmark", "--memory", case.factory,
+        sys.executable, "-m", "hf_xfmr.bench", "--memory", case.factory,
         "--side", side,
         "--kwargs", json.dumps(case.factory_kwargs),
         "--threads", str(threads),
@@ -662,195 +706,15 @@ def to_json(rows: list[CaseResult | dict[str, Any]], path: str | os.PathLike, **
 
 
 # ----------------------------------------------------------------------------------------------
-# Cases: toy modules (harness self-checks)
-# ----------------------------------------------------------------------------------------------
-
-
-class ToyMLP(nn.Module):
-    """`x -> tanh(proj(x))` applied `repeat` times with one shared Linear; counts its calls."""
-
-    def __init__(self, dim: int, repeat: int = 1):
-        super().__init__()
-        self.proj = nn.Linear(dim, dim)
-        self.repeat = repeat
-        self.calls = 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
-        for _ in range(self.repeat):
-            x = torch.tanh(self.proj(x))
-        return x
-
-
-@register_case("toy-mlp")
-def toy_mlp_case(
-    *, dim: int = 64, batch: int = 32, ours_repeat: int = 1, ref_repeat: int = 1, mode: str = "train", dtype: str = "fp32"
-) -> BenchCase:
-    """Two copies of one ToyMLP; `ours_repeat` / `ref_repeat` make one side do more work."""
-
-    def build_pair():
-        ours = ToyMLP(dim, ours_repeat)
-        ref = ToyMLP(dim, ref_repeat)
-        ref.load_state_dict(ours.state_dict())
-        return ours, ref
-
-    return BenchCase(
-        name="toy-mlp",
-        build_pair=build_pair,
-        make_batch=lambda: {"x": torch.randn(batch, dim)},
-        mode=mode,
-        autocast_dtype=_dtype(dtype),
-        description=f"ToyMLP dim {dim}, batch {batch}, repeats ours {ours_repeat} / ref {ref_repeat}",
-    )
-
-
-# ----------------------------------------------------------------------------------------------
-# Cases: masked language models
-# ----------------------------------------------------------------------------------------------
-
-
-def _dtype(name: str) -> torch.dtype | None:
-    if name not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {name!r}")
-    return DTYPES[name]
-
-
-# Headline size: a BERT-mini-like encoder with the full BERT vocabulary, so the MLM head matters.
-MLM_SIZES = dict(hidden=256, layers=4, heads=4, ffn=1024, vocab=30522, max_positions=512, batch=8, seq=512)
-# The quick suite (and tests): the same cases, small enough to run in well under a second.
-TINY_SIZES = dict(hidden=32, layers=2, heads=2, ffn=64, vocab=512, max_positions=64, batch=2, seq=32)
-
-
-def _mlm_case(
-    name: str,
-    arch: str,
-    *,
-    mode: str = "train",
-    dtype: str = "fp32",
-    sparse_prediction: bool = True,
-    hidden: int = MLM_SIZES["hidden"],
-    layers: int = MLM_SIZES["layers"],
-    heads: int = MLM_SIZES["heads"],
-    ffn: int = MLM_SIZES["ffn"],
-    vocab: int = MLM_SIZES["vocab"],
-    max_positions: int = MLM_SIZES["max_positions"],
-    batch: int = MLM_SIZES["batch"],
-    seq: int = MLM_SIZES["seq"],
-    mask_prob: float = 0.15,
-    device: str = "cpu",
-    seed: int = 0,
-) -> BenchCase:
-    """Reference `<Arch>ForMaskedLM(config)` with random weights; ours converted from it by
-    `hf_xfmr.from_transformers(ref, task="masked-lm")`. Batch: random ids (special ids excluded),
-    attention mask all ones, and in train mode labels on `mask_prob` of the positions (seeded)."""
-    import transformers
-
-    first_id = 5  # skip [PAD]/<s>/</s>/... so RoBERTa's position ids (derived from padding) are all real
-    if vocab <= first_id:
-        raise ValueError(f"vocab must be > {first_id}, got {vocab}")
-    sizes = dict(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=ffn,
-    )
-    if arch == "bert":
-        config_cls, model_cls = transformers.BertConfig, transformers.BertForMaskedLM
-        sizes["max_position_embeddings"] = max_positions
-    elif arch == "roberta":
-        config_cls, model_cls = transformers.RobertaConfig, transformers.RobertaForMaskedLM
-        sizes["max_position_embeddings"] = max_positions + 2  # RoBERTa offsets positions by pad_token_id + 1
-    else:
-        raise ValueError(f"unknown arch {arch!r}")
-    if seq > max_positions:
-        raise ValueError(f"seq ({seq}) must be <= max_positions ({max_positions})")
-
-    def build_pair():
-        import hf_xfmr
-
-        ref = model_cls(config_cls(**sizes))
-        ours = hf_xfmr.from_transformers(ref, task="masked-lm")
-        ours.config.sparse_prediction = sparse_prediction
-        return ours, ref
-
-    def make_batch():
-        g = torch.Generator().manual_seed(seed)
-        input_ids = torch.randint(first_id, vocab, (batch, seq), generator=g)
-        out = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
-        if mode == "train":
-            targets = torch.rand(batch, seq, generator=g) < mask_prob
-            out["labels"] = torch.where(targets, input_ids, torch.full_like(input_ids, -100))
-        return out
-
-    return BenchCase(
-        name=name,
-        build_pair=build_pair,
-        make_batch=make_batch,
-        mode=mode,
-        autocast_dtype=_dtype(dtype),
-        device=device,
-        description=(
-            f"{model_cls.__name__} hidden {hidden}, {layers} layers, {heads} heads, FFN {ffn}, vocab {vocab}; "
-            f"batch {batch} x {seq}; ours sparse_prediction={sparse_prediction}"
-        ),
-    )
-
-
-@register_case("bert-mlm-train")
-def bert_mlm_train(**kw) -> BenchCase:
-    """Headline: BERT MLM training step (fp32), ours with sparse prediction."""
-    return _mlm_case("bert-mlm-train", "bert", **{"mode": "train", **kw})
-
-
-@register_case("bert-mlm-train-bf16")
-def bert_mlm_train_bf16(**kw) -> BenchCase:
-    """BERT MLM training step under bf16 autocast."""
-    return _mlm_case("bert-mlm-train-bf16", "bert", **{"mode": "train", "dtype": "bf16", **kw})
-
-
-@register_case("bert-mlm-train-dense")
-def bert_mlm_train_dense(**kw) -> BenchCase:
-    """BERT MLM training step with ours' sparse prediction OFF: isolates the encoder's speed."""
-    return _mlm_case("bert-mlm-train-dense", "bert", **{"mode": "train", "sparse_prediction": False, **kw})
-
-
-@register_case("bert-mlm-infer")
-def bert_mlm_infer(**kw) -> BenchCase:
-    """BERT MLM forward under inference_mode, no labels (full logits on both sides)."""
-    return _mlm_case("bert-mlm-infer", "bert", **{"mode": "infer", **kw})
-
-
-@register_case("roberta-mlm-train")
-def roberta_mlm_train(**kw) -> BenchCase:
-    """RoBERTa MLM training step (fp32), ours with sparse prediction."""
-    return _mlm_case("roberta-mlm-train", "roberta", **{"mode": "train", **kw})
-
-
-# Named suites: (case name, overrides). "quick" reuses the model cases at TINY_SIZES.
-MODEL_SUITE = ["bert-mlm-train", "bert-mlm-train-bf16", "bert-mlm-train-dense", "bert-mlm-infer", "roberta-mlm-train"]
-SUITES: dict[str, list[tuple[str, dict[str, Any]]]] = {
-    "all": [(name, {}) for name in MODEL_SUITE],
-    "quick": [(name, dict(TINY_SIZES)) for name in MODEL_SUITE],
-}
-
-
-def case_summary(name: str) -> str:
-    """First line of a registered factory's docstring."""
-    doc = (CASES[name].__doc__ or "").strip()
-    return doc.splitlines()[0] if doc else ""
-
-
-# ----------------------------------------------------------------------------------------------
-# Child-process entry point: python -m hf_xfmr.benchmark --memory CASE --side ours|ref
+# Child-process entry point: python -m hf_xfmr.bench --memory CASE --side ours|ref
 # ----------------------------------------------------------------------------------------------
 
 
 def _child_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m hf_xfmr.benchmark",
+        prog="python -m hf_xfmr.bench",
         description="Measure one side of a registered benchmark case in this process and print "
-        "one JSON line (used by hf_xfmr.benchmark.peak_memory; prefer `hf-xfmr bench`).",
+        "one JSON line (used by hf_xfmr.bench.peak_memory; prefer `hf-xfmr bench`).",
     )
     parser.add_argument("--memory", metavar="CASE", required=True, help="registered case name")
     parser.add_argument("--side", choices=SIDES, required=True)
@@ -870,10 +734,3 @@ def _child_main(argv: list[str] | None = None) -> int:
     print(json.dumps(result.as_dict()), flush=True)
     return 0
 
-
-if __name__ == "__main__":
-    # Re-import under the package name so that cases registered by other modules (which import
-    # `hf_xfmr.benchmark`, not `__main__`) land in the same CASES registry.
-    from hf_xfmr.benchmark import _child_main as main
-
-    sys.exit(main())

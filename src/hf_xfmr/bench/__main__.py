@@ -1,0 +1,7 @@
+"""`python -m hf_xfmr.bench --memory CASE --side ours|ref`: one side's memory, in this process."""
+
+import sys
+
+from hf_xfmr.bench.harness import _child_main
+
+sys.exit(_child_main())

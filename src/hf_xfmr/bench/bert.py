@@ -1,0 +1,117 @@
+"""Benchmark cases for BERT and RoBERTa: MLM training and inference against `BertForMaskedLM` /
+`RobertaForMaskedLM`, identical weights through `hf_xfmr.from_transformers`."""
+
+import torch
+
+from .harness import BenchCase, dtype_from_name, register_case
+
+# Headline size: a BERT-mini-like encoder with the full BERT vocabulary, so the MLM head matters.
+MLM_SIZES = dict(hidden=256, layers=4, heads=4, ffn=1024, vocab=30522, max_positions=512, batch=8, seq=512)
+# The quick suite (and tests): the same cases, small enough to run in well under a second.
+TINY_SIZES = dict(hidden=32, layers=2, heads=2, ffn=64, vocab=512, max_positions=64, batch=2, seq=32)
+
+
+def _mlm_case(
+    name: str,
+    arch: str,
+    *,
+    mode: str = "train",
+    dtype: str = "fp32",
+    sparse_prediction: bool = True,
+    hidden: int = MLM_SIZES["hidden"],
+    layers: int = MLM_SIZES["layers"],
+    heads: int = MLM_SIZES["heads"],
+    ffn: int = MLM_SIZES["ffn"],
+    vocab: int = MLM_SIZES["vocab"],
+    max_positions: int = MLM_SIZES["max_positions"],
+    batch: int = MLM_SIZES["batch"],
+    seq: int = MLM_SIZES["seq"],
+    mask_prob: float = 0.15,
+    device: str = "cpu",
+    seed: int = 0,
+) -> BenchCase:
+    """Reference `<Arch>ForMaskedLM(config)` with random weights; ours converted from it by
+    `hf_xfmr.from_transformers(ref, task="masked-lm")`. Batch: random ids (special ids excluded),
+    attention mask all ones, and in train mode labels on `mask_prob` of the positions (seeded)."""
+    import transformers
+
+    first_id = 5  # skip [PAD]/<s>/</s>/... so RoBERTa's position ids (derived from padding) are all real
+    if vocab <= first_id:
+        raise ValueError(f"vocab must be > {first_id}, got {vocab}")
+    sizes = dict(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=ffn,
+    )
+    if arch == "bert":
+        config_cls, model_cls = transformers.BertConfig, transformers.BertForMaskedLM
+        sizes["max_position_embeddings"] = max_positions
+    elif arch == "roberta":
+        config_cls, model_cls = transformers.RobertaConfig, transformers.RobertaForMaskedLM
+        sizes["max_position_embeddings"] = max_positions + 2  # RoBERTa offsets positions by pad_token_id + 1
+    else:
+        raise ValueError(f"unknown arch {arch!r}")
+    if seq > max_positions:
+        raise ValueError(f"seq ({seq}) must be <= max_positions ({max_positions})")
+
+    def build_pair():
+        import hf_xfmr
+
+        ref = model_cls(config_cls(**sizes))
+        ours = hf_xfmr.from_transformers(ref, task="masked-lm")
+        ours.config.sparse_prediction = sparse_prediction
+        return ours, ref
+
+    def make_batch():
+        g = torch.Generator().manual_seed(seed)
+        input_ids = torch.randint(first_id, vocab, (batch, seq), generator=g)
+        out = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+        if mode == "train":
+            targets = torch.rand(batch, seq, generator=g) < mask_prob
+            out["labels"] = torch.where(targets, input_ids, torch.full_like(input_ids, -100))
+        return out
+
+    return BenchCase(
+        name=name,
+        build_pair=build_pair,
+        make_batch=make_batch,
+        mode=mode,
+        autocast_dtype=dtype_from_name(dtype),
+        device=device,
+        description=(
+            f"{model_cls.__name__} hidden {hidden}, {layers} layers, {heads} heads, FFN {ffn}, vocab {vocab}; "
+            f"batch {batch} x {seq}; ours sparse_prediction={sparse_prediction}"
+        ),
+    )
+
+
+@register_case("bert-mlm-train", tiny=TINY_SIZES)
+def bert_mlm_train(**kw) -> BenchCase:
+    """Headline: BERT MLM training step (fp32), ours with sparse prediction."""
+    return _mlm_case("bert-mlm-train", "bert", **{"mode": "train", **kw})
+
+
+@register_case("bert-mlm-train-bf16", tiny=TINY_SIZES)
+def bert_mlm_train_bf16(**kw) -> BenchCase:
+    """BERT MLM training step under bf16 autocast."""
+    return _mlm_case("bert-mlm-train-bf16", "bert", **{"mode": "train", "dtype": "bf16", **kw})
+
+
+@register_case("bert-mlm-train-dense", tiny=TINY_SIZES)
+def bert_mlm_train_dense(**kw) -> BenchCase:
+    """BERT MLM training step with ours' sparse prediction OFF: isolates the encoder's speed."""
+    return _mlm_case("bert-mlm-train-dense", "bert", **{"mode": "train", "sparse_prediction": False, **kw})
+
+
+@register_case("bert-mlm-infer", tiny=TINY_SIZES)
+def bert_mlm_infer(**kw) -> BenchCase:
+    """BERT MLM forward under inference_mode, no labels (full logits on both sides)."""
+    return _mlm_case("bert-mlm-infer", "bert", **{"mode": "infer", **kw})
+
+
+@register_case("roberta-mlm-train", tiny=TINY_SIZES)
+def roberta_mlm_train(**kw) -> BenchCase:
+    """RoBERTa MLM training step (fp32), ours with sparse prediction."""
+    return _mlm_case("roberta-mlm-train", "roberta", **{"mode": "train", **kw})

@@ -1,0 +1,84 @@
+"""Scaling sweeps: one case measured at several values of one size (usually the sequence length),
+reported as a table and a plot of step time and peak memory for both sides.
+
+    rows = run_sweep("xlnet-plm-train", "seq", [128, 256, 512, 1024, 2048], batch=2)
+    plot_sweep(rows, "seq", "benchmarks/results/xlnet_seq.png", title="XLNet PLM step")
+    print(sweep_markdown(rows, "seq"))
+
+A value that fails on one side (typically out of memory) is recorded with its error and skipped in
+the plot, so a sweep can show where the reference stops.
+"""
+
+from pathlib import Path
+from typing import Any
+
+from .harness import make_case, measure_case
+
+
+def run_sweep(case: str, param: str, values: list, *, repeats: int = 3, warmup: int = 1, threads: int | None = None,
+              memory: bool = True, progress: bool = False, **fixed: Any) -> list[dict[str, Any]]:
+    """`measure_case` of `case` with `param` set to each of `values` (and `fixed` overrides)."""
+    rows = []
+    for value in values:
+        try:
+            result = measure_case(make_case(case, **{**fixed, param: value}), repeats=repeats, warmup=warmup,
+                                  threads=threads, memory=memory, progress=progress)
+            row = result.as_dict()
+        except (RuntimeError, MemoryError) as err:  # e.g. the reference runs out of memory
+            row = {"case": case, "error": str(err).splitlines()[0]}
+        row[param] = value
+        rows.append(row)
+    return rows
+
+
+def sweep_markdown(rows: list[dict[str, Any]], param: str) -> str:
+    """A markdown table: one line per value with both sides' step time and peak memory and the ratios."""
+    lines = [f"| {param} | ours ms | ref ms | speed ratio | ours peak MB | ref peak MB | memory ratio |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        if "error" in row:
+            lines.append(f"| {row[param]} | — | — | — | — | — | — ({row['error']}) |")
+            continue
+        mem = row.get("memory") or {}
+        ours_mb, ref_mb = mem.get("ours", {}).get("peak_mb"), mem.get("ref", {}).get("peak_mb")
+        ratio = row.get("memory_ratio")
+        lines.append(
+            f"| {row[param]} | {row['ours']['median_ms']:.1f} | {row['ref']['median_ms']:.1f} "
+            f"| {row['speed_ratio']:.2f}x | {'—' if ours_mb is None else f'{ours_mb:.0f}'} "
+            f"| {'—' if ref_mb is None else f'{ref_mb:.0f}'} | {'—' if ratio is None else f'{ratio:.2f}x'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_sweep(rows: list[dict[str, Any]], param: str, path, *, title: str = "") -> Path:
+    """Two panels (step time, peak memory) against `param`, ours and ref, log-log; saved as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [row for row in rows if "error" not in row]
+    xs = [row[param] for row in done]
+    fig, (ax_time, ax_mem) = plt.subplots(1, 2, figsize=(10, 4))
+    for side, style in (("ours", "o-"), ("ref", "s--")):
+        label = "hf_xfmr" if side == "ours" else "transformers"
+        ax_time.plot(xs, [row[side]["median_ms"] for row in done], style, label=label)
+        mem = [(row[param], (row.get("memory") or {}).get(side, {}).get("peak_mb")) for row in done]
+        mem = [(x, y) for x, y in mem if y is not None]
+        if mem:
+            ax_mem.plot([x for x, _ in mem], [y for _, y in mem], style, label=label)
+    for ax, ylabel in ((ax_time, "median step time (ms)"), (ax_mem, "peak memory growth (MB)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(param)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

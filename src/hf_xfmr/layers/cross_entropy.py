@@ -1,0 +1,88 @@
+"""Cross-entropy of a linear vocabulary projection without materialising the (N, V) logits.
+
+A language model's training loss is `CE(hidden @ W^T + b, labels)`. Computed naively, the logits,
+their log-softmax and both of their gradients are each (N, V) tensors: with N = 8 x 512 tokens and
+V = 32000 that is 0.5 GB apiece in fp32, more than the whole encoder's activations. Here the rows are
+processed in chunks; for each chunk the logits are formed, reduced to the loss, and turned straight
+into the gradient of the logits (softmax - one_hot), which is immediately multiplied back into the
+gradients of `hidden`, `W` and `b`. Only a (chunk, V) block is alive at a time, and the matmul count
+is the same as the naive forward + backward (three N x C x V products), so it costs no extra time.
+
+Because the gradients are formed during the forward, `backward` only scales them by the incoming
+gradient (the loss is a scalar). Outside autograd (no_grad / eval) the gradient work is skipped.
+"""
+
+import torch
+
+
+def _chunk_rows(num_rows: int, vocab: int, chunk_size: int | None) -> int:
+    if chunk_size is not None:
+        return max(1, chunk_size)
+    # ~32 MB of fp32 logits per chunk: large enough to keep the matmuls efficient.
+    return max(1, min(num_rows, (8 * 1024 * 1024) // max(1, vocab)))
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, labels, ignore_index, chunk_size):
+        # hidden (N, C), weight (V, C), bias (V,) or None, labels (N,)
+        num_rows, vocab = hidden.shape[0], weight.shape[0]
+        need_grad = any(ctx.needs_input_grad[:3])
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        grad_hidden = torch.zeros_like(hidden, dtype=torch.float32) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        grad_bias = (torch.zeros_like(bias, dtype=torch.float32)
+                     if bias is not None and ctx.needs_input_grad[2] else None)
+        step = _chunk_rows(num_rows, vocab, chunk_size)
+        for start in range(0, num_rows, step):
+            h = hidden[start:start + step]  # (n, C)
+            target = labels[start:start + step]  # (n,)
+            logits = torch.matmul(h, weight.t())  # (n, V), autocast applies here when enabled
+            if bias is not None:
+                logits = logits + bias
+            logits = logits.float()
+            valid = target != ignore_index  # (n,)
+            safe_target = target.masked_fill(~valid, 0).unsqueeze(1)  # (n, 1)
+            lse = torch.logsumexp(logits, dim=-1)  # (n,)
+            picked = logits.gather(1, safe_target).squeeze(1)  # (n,)
+            total += ((lse - picked) * valid).sum()
+            if need_grad:
+                # d loss / d logits = softmax - one_hot, zero on ignored rows
+                grad_logits = torch.exp_(logits.sub_(lse.unsqueeze(1)))  # (n, V), in place: logits are done
+                grad_logits.scatter_add_(1, safe_target, torch.full_like(picked, -1.0).unsqueeze(1))
+                grad_logits.mul_(valid.unsqueeze(1).to(grad_logits.dtype))
+                g = grad_logits.to(h.dtype) if h.dtype != torch.float32 else grad_logits
+                if grad_hidden is not None:
+                    grad_hidden[start:start + step] = torch.matmul(g, weight.to(g.dtype)).float()  # (n, C)
+                if grad_weight is not None:
+                    grad_weight += torch.matmul(g.t(), h.to(g.dtype)).float()  # (V, C)
+                if grad_bias is not None:
+                    grad_bias += grad_logits.sum(dim=0)
+        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+        ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_total):
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+        dtypes = ctx.dtypes
+        grads = []
+        for grad, dtype in zip((grad_hidden, grad_weight, grad_bias), dtypes):
+            grads.append(None if grad is None else (grad * grad_total).to(dtype))
+        return (*grads, None, None, None)
+
+
+def linear_cross_entropy(hidden, weight, bias=None, labels=None, *, ignore_index: int = -100,
+                         chunk_size: int | None = None):
+    """Summed cross-entropy of `hidden @ weight.T + bias` against `labels`, in chunks of rows.
+
+    hidden (..., C), weight (V, C), bias (V,) or None, labels (...) with `ignore_index` for rows that
+    do not count. Returns the float32 SUM over counted rows (divide by their number, or by a global
+    token count, for the mean). Gradients flow to hidden, weight and bias exactly as through
+    `F.cross_entropy(F.linear(hidden, weight, bias).float(), labels, reduction="sum")`.
+    """
+    hidden = hidden.reshape(-1, hidden.shape[-1])  # (N, C)
+    labels = labels.reshape(-1)  # (N,)
+    if hidden.shape[0] != labels.shape[0]:
+        raise ValueError(f"hidden has {hidden.shape[0]} rows but labels has {labels.shape[0]} entries")
+    return _LinearCrossEntropy.apply(hidden, weight, bias, labels, ignore_index, chunk_size)
