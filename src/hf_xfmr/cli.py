@@ -441,23 +441,28 @@ def _add_export(subparsers) -> None:
         func=_run_export,
     )
     parser.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint folder (config.json + safetensors)")
-    parser.add_argument("folder", metavar="FOLDER", help="output folder (new or empty, or a previous export with --overwrite)")
+    parser.add_argument("folder", metavar="FOLDER",
+                        help="output folder (new or empty, or a previous export with --overwrite)")
     parser.add_argument("--task", choices=supported_tasks(), default=None,
                         help="head to export; default: CHECKPOINT's own (config.json 'architectures')")
     parser.add_argument("--tokenizer", metavar="PATH", default=None,
                         help="tokenizer folder; default: CHECKPOINT when it holds tokenizer files")
     parser.add_argument("--repo-id", metavar="OWNER/NAME", default=None,
-                        help="the Hub repo it will be published to (used in the card's code; publish fills it in otherwise)")
+                        help="the Hub repo it will be published to (used in the card's code samples; "
+                             "publish fills it in otherwise)")
     parser.add_argument("--title", default=None, help="model card title (default: FOLDER's name)")
     parser.add_argument("--description", default=None, help="model card opening paragraph")
-    parser.add_argument("--license", default="apache-2.0", help="license id for the card metadata (default: apache-2.0)")
+    parser.add_argument("--license", default="apache-2.0",
+                        help="license id for the card metadata (default: apache-2.0)")
     parser.add_argument("--language", nargs="+", default=None, metavar="LANG", help="language codes, e.g. en")
     parser.add_argument("--dataset", action="append", metavar="ID", help="training dataset Hub id (repeatable)")
-    parser.add_argument("--base-model", metavar="ID", default=None, help="Hub id of the model this one was finetuned from")
+    parser.add_argument("--base-model", metavar="ID", default=None,
+                        help="Hub id of the model this one was finetuned from")
     parser.add_argument("--tag", action="append", metavar="TAG", help="extra card tag (repeatable)")
     parser.add_argument("--metric", action="append", metavar="NAME=VALUE",
                         help="evaluation result for the card's model-index (repeatable; needs --eval-dataset)")
-    parser.add_argument("--eval-dataset", metavar="ID", default=None, help="Hub id of the dataset the metrics come from")
+    parser.add_argument("--eval-dataset", metavar="ID", default=None,
+                        help="Hub id of the dataset the metrics come from")
     parser.add_argument("--eval-dataset-config", metavar="NAME", default=None, help="its configuration, e.g. sst2")
     parser.add_argument("--eval-split", metavar="SPLIT", default=None, help="its split, e.g. validation")
     parser.add_argument("--training", action="append", metavar="KEY=VALUE",
@@ -514,11 +519,13 @@ def _add_publish(subparsers) -> None:
                         help="branch to commit to, created from main if missing (default: main)")
     parser.add_argument("--private", action="store_true", help="create the repository as private (if it is new)")
     parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing directly")
-    parser.add_argument("--commit-message", default=None, help="commit message (default: 'Upload <class> with hf_xfmr')")
+    parser.add_argument("--commit-message", default=None,
+                        help="commit message (default: 'Upload <class> with hf_xfmr')")
     parser.add_argument("--keep-stale", action="store_true",
                         help="keep repository files that FOLDER does not have (default: delete them in the commit)")
     parser.add_argument("--max-retries", type=int, default=3, metavar="N",
-                        help="retries of transient failures: timeouts, connection errors, HTTP 408/429/5xx (default: 3)")
+                        help="retries of transient failures: timeouts, connection errors, HTTP 408/429/5xx "
+                             "(default: 3)")
 
 
 # ----------------------------------------------------------------------------------------------

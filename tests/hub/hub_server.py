@@ -251,7 +251,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def send_error(self, code, message=None, explain=None):
         """Errors raised by http.server itself (malformed requests): recorded for the tests to see."""
-        self.server.state.unhandled.append(("HTTP", str(getattr(self, "raw_requestline", b"")[:200]), f"{code} {message}"))
+        request_line = str(getattr(self, "raw_requestline", b"")[:200])
+        self.server.state.unhandled.append(("HTTP", request_line, f"{code} {message}"))
         super().send_error(code, message, explain)
 
     # -- plumbing ---------------------------------------------------------------------------------
@@ -284,7 +285,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             return json.loads(self.body() or b"{}")
         except ValueError:
-            raise HubError(400, "invalid JSON body")
+            raise HubError(400, "invalid JSON body") from None
 
     def user(self, required: bool = False) -> str | None:
         auth = self.headers.get("Authorization", "")
@@ -399,7 +400,7 @@ def validate_yaml(h: Handler):
         try:
             metadata = yaml.safe_load(match.group(1))
         except yaml.YAMLError as err:
-            raise HubError(400, f"Invalid YAML metadata: {err}")
+            raise HubError(400, f"Invalid YAML metadata: {err}") from None
         if metadata is not None and not isinstance(metadata, dict):
             raise HubError(400, "YAML metadata must be a mapping")
     h.send(200, {"errors": [], "warnings": []})
@@ -410,7 +411,8 @@ def repo_info(h: Handler, repo: str, revision: str | None):
     r = h.state.repo(repo, h.user())
     commit = h.state.commit(r, revision or "main")
     h.send(200, {"id": repo, "modelId": repo, "author": r.owner, "sha": commit.oid, "private": r.private,
-                 "siblings": [{"rfilename": p, "size": e.size, "blobId": e.oid} for p, e in sorted(commit.files.items())],
+                 "siblings": [{"rfilename": p, "size": e.size, "blobId": e.oid}
+                              for p, e in sorted(commit.files.items())],
                  "tags": [], "lastModified": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(commit.created))})
 
 

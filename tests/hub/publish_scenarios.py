@@ -82,6 +82,7 @@ def cli_main(argv):
 step("publish", lambda: hub.publish(folders["bert"], repo("bert")))
 step("republish", lambda: hub.publish(folders["bert"], repo("bert")))
 step("sharded", lambda: hub.publish(folders["sharded"], repo("sharded"), private=True))
+step("replace_sharded", lambda: hub.publish(folders["bert"], repo("sharded")))  # old shards are deleted
 step("branch", lambda: hub.publish(folders["bert"], repo("branch"), revision="dev"))
 step("pull_request", lambda: hub.publish(folders["bert"], repo("pr"), create_pr=True))
 step("no_token", lambda: without_token(lambda: hub.publish(folders["bert"], repo("no-token"))))
@@ -105,6 +106,23 @@ step("resume", lambda: hub.publish(folders["fresh1"], repo("partial")))
 # A transient error on the commit itself is retried: exactly one commit lands.
 fail("POST", r"/commit/", 503)
 step("transient", lambda: hub.publish(folders["fresh2"], repo("transient"), retry_wait=0.01))
+
+
+
+def publish_a_model():
+    """publish(model, ...) exports on the fly (with the repo id in the card) and uploads."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from hf_xfmr.models.bert import XfmrBertConfig, XfmrBertForMaskedLM
+
+    torch.manual_seed(3)
+    model = XfmrBertForMaskedLM(XfmrBertConfig.from_preset("tiny")).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folders["bert"])
+    return hub.publish(model, repo("from-model"), tokenizer=tokenizer, datasets=["wikitext"])
+
+
+step("publish_model", publish_a_model)
 
 if mode == "lfs":
     step("cli_publish", lambda: cli_main(["publish", folders["bert"], "--repo-id", repo("cli"), "--private",

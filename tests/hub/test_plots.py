@@ -12,7 +12,8 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 def _write_log(path, steps=30, eval_every=10, scale=3.0):
     with path.open("w") as f:
         for step in range(1, steps + 1):
-            f.write(json.dumps({"step": step, "loss": scale / step, "learning_rate": 1e-3, "epoch": step / steps}) + "\n")
+            record = {"step": step, "loss": scale / step, "learning_rate": 1e-3, "epoch": step / steps}
+            f.write(json.dumps(record) + "\n")
             if step % eval_every == 0:
                 f.write(json.dumps({"step": step, "eval_loss": scale / step + 0.1, "eval_runtime": 0.2}) + "\n")
         f.write("\n")  # blank lines are fine

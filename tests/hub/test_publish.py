@@ -181,6 +181,10 @@ def test_sharded_private_branch_and_pull_request(mode, request, models):
     shards = [f for f in sharded["files"][repo]["main"] if f.startswith("model-")]
     assert len(shards) > 1 and "model.safetensors.index.json" in sharded["files"][repo]["main"]
 
+    replaced = _ok(report, "replace_sharded")["after"]["files"][repo]["main"]
+    local = sorted(p.name for p in Path(models["folders"]["bert"]).iterdir())
+    assert replaced == sorted([".gitattributes", *local])  # the old shards and their index are gone
+
     branch = _ok(report, "branch")
     repo = f"alice/{mode}-branch"
     assert branch["after"]["refs"][repo]["dev"] == branch["oid"]
@@ -303,3 +307,19 @@ def test_server_serves_xet_files_over_plain_http_and_records_their_sha256(hub, x
     for shard in shards:
         recorded.update(parse_shard(shard.read_bytes()))
     assert hashlib.sha256(expected).hexdigest() in recorded
+
+
+@pytest.mark.parametrize("mode", ["xet", "lfs"])
+def test_publishing_a_model_exports_it_with_the_repo_id_in_the_card(mode, request, hub, models):
+    report = request.getfixturevalue(mode)
+    entry = _ok(report, "publish_model")
+    repo = f"alice/{mode}-from-model"
+    files = entry["after"]["files"][repo]["main"]
+    assert {"config.json", "model.safetensors", "modeling_xfmr_bert.py", "tokenizer.json", "README.md"} <= set(files)
+    readme = hub.state.repos[repo].commits[entry["oid"]].files["README.md"].data.decode()
+    assert f'AutoModelForMaskedLM.from_pretrained("{repo}", trust_remote_code=True)' in readme
+    # A folder exported without a repo id gets it filled in on the Hub; the local folder keeps the placeholder.
+    published = hub.state.repos[f"alice/{mode}-bert"]
+    remote = published.commits[published.refs["main"]].files["README.md"].data.decode()
+    assert f'from_pretrained("alice/{mode}-bert", trust_remote_code=True)' in remote
+    assert "<your-username>/<model-name>" in Path(models["folders"]["bert"], "README.md").read_text()

@@ -440,17 +440,6 @@ class _Package:
         return binding
 
 
-def _defined_at_top(outer, inner) -> bool:
-    """Whether `inner` (inside the top-level statement `outer`) runs at import time, i.e. is not in a function."""
-    def contains(node) -> bool:
-        if node is inner:
-            return True
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            return False
-        return any(contains(child) for child in ast.iter_child_nodes(node))
-    return contains(outer)
-
-
 # ------------------------------------------------------------------------------------------------
 # Closure: which statements each unit needs
 # ------------------------------------------------------------------------------------------------
@@ -520,14 +509,12 @@ class _Planner:
             self._check_nested_imports(statement)
             parents = _parent_map(statement.node)
             for name, nodes in statement.refs.items():
-                symbol = self.pkg.resolve(module.name, name) if name in module.bindings or module.star_imports \
-                    else None
-                if symbol is None:
-                    if name in module.bindings or name in BUILTIN_NAMES:
-                        if name in BUILTIN_NAMES and name not in module.bindings:
-                            plan.builtins_used.add(name)
-                        continue
-                    continue  # unbound in the source too (a NameError there as well)
+                bound = name in module.bindings or module.star_imports
+                symbol = self.pkg.resolve(module.name, name) if bound else None
+                if symbol is None:  # a builtin (or unbound in the source too: a NameError there as well)
+                    if name in BUILTIN_NAMES:
+                        plan.builtins_used.add(name)
+                    continue
                 if isinstance(symbol, ModuleSymbol):
                     for node in nodes:
                         target, final = self._attribute_target(module, node, parents, symbol)
