@@ -169,7 +169,9 @@ def publish(
         token: a Hub token with write access; default HF_TOKEN or the `hf auth login` token.
         endpoint: the Hub URL; default HF_ENDPOINT or https://huggingface.co.
         delete_stale: delete files of the repository that the folder does not have (except .gitattributes).
-        max_retries, retry_wait: retries of transient failures, waiting retry_wait * 2**attempt seconds.
+        max_retries, retry_wait: retries of transient failures, waiting retry_wait * 2**attempt seconds
+            (huggingface_hub also retries its own requests; a pull request's commit is not retried, since a
+            lost response would open a second one).
 
     Returns huggingface_hub's `CommitInfo` (`.oid`, `.commit_url`, `.pr_url`). Raises PublishError.
     """
@@ -220,26 +222,29 @@ def publish(
             _with_retries("create_branch", lambda: api.create_branch(repo_id, branch=revision, exist_ok=True),
                           **retry)
         local = {rel.as_posix() for rel in files}
-        stale = []
-        if delete_stale:
-            remote = _with_retries("list_repo_files", lambda: api.list_repo_files(repo_id, revision=revision),
-                                   **retry)
-            stale = sorted(p for p in remote if p not in local and p not in KEEP_REMOTE)
         size = sum((folder / rel).stat().st_size for rel in files)
         logger.info("publishing %d files (%.1f MB) from %s to %s@%s", len(files), size / 1e6, folder, repo_id,
                     revision or "main")
 
         def commit():
+            # Listed again on every attempt: a retry after a commit whose response was lost must not try
+            # to delete files that commit already deleted.
+            stale = []
+            if delete_stale:
+                remote = api.list_repo_files(repo_id, revision=revision)
+                stale = sorted(p for p in remote if p not in local and p not in KEEP_REMOTE)
             operations = _operations(folder, files, repo_id)  # fresh objects: a commit mutates them
             operations += [CommitOperationDelete(path_in_repo=p) for p in stale]
             return api.create_commit(repo_id, operations=operations, commit_message=message, revision=revision,
                                      create_pr=create_pr)
 
+        if create_pr:  # a retry after a lost response would open a second pull request
+            retry["max_retries"] = 0
         return _with_retries("upload", commit, **retry)
     except PublishError:
         raise
     except Exception as err:  # noqa: BLE001  (turned into one clear message)
-        raise _explain(err, repo_id, revision, endpoint, token, max_retries + 1) from err
+        raise _explain(err, repo_id, revision, endpoint, token, retry["max_retries"] + 1) from err
 
 
 def _read_architectures(folder: Path) -> str | None:
