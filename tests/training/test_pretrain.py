@@ -232,3 +232,15 @@ def test_readme_snippets_run(tmp_path, monkeypatch):
 
     assert objective.make_collator(AutoTokenizer.from_pretrained(tmp_path / "out" / "bert-wwm"),
                                    ObjectiveSettings()).collator.mlm_probability == 0.4
+
+
+def test_push_to_hub_publishes_the_final_model_with_its_metrics_and_log(saved_tokenizer, tmp_path, monkeypatch):
+    import hf_xfmr.hub
+
+    calls = []
+    monkeypatch.setattr(hf_xfmr.hub, "publish", lambda model, repo_id, **kwargs: calls.append((model, repo_id, kwargs)))
+    result = pretrain(_args(saved_tokenizer, tmp_path / "out", max_steps=2, push_to_hub="me/tiny-bert"))
+    ((model, repo_id, kwargs),) = calls
+    assert model is result.model and repo_id == "me/tiny-bert" and kwargs["tokenizer"] is result.tokenizer
+    assert set(kwargs["metrics"]) == {"loss", "perplexity", "accuracy"} and kwargs["training"]["steps"] == 2
+    assert read_log(kwargs["training_logs"]) == read_log(result.log_path)

@@ -640,7 +640,7 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
             tokenizer.save_pretrained(output_dir)
         accelerator.wait_for_everyone()
         if args.push_to_hub and is_main:
-            publish(output_dir, args.push_to_hub)
+            publish(final_model, tokenizer, args, eval_metrics, output_dir / LOG_FILE)
     finally:
         bar.close()
         log.close()
@@ -772,8 +772,16 @@ def _check_publishing() -> None:
         raise ValueError("--push_to_hub needs hf_xfmr.hub.publish, which this installation does not have.")
 
 
-def publish(folder: Path, repo_id: str) -> None:
-    """Publish the final model folder to the Hub (`--push_to_hub REPO`), through `hf_xfmr.hub.publish`."""
+def publish(model, tokenizer, args: PretrainArguments, metrics: dict, log_path: Path) -> None:
+    """`--push_to_hub REPO`: export the final model as a self-contained Hub folder (model card with the
+    evaluation metrics, the training settings and the loss curve of `log.jsonl`) and upload it, through
+    `hf_xfmr.hub.publish`. Credentials come from HF_TOKEN or `hf auth login`."""
     from hf_xfmr.hub import publish as hub_publish
 
-    hub_publish(folder, repo_id)
+    training = {"objective": args.objective or "default", "steps": args.max_steps, "learning_rate": args.learning_rate,
+                "per_device_train_batch_size": args.per_device_train_batch_size,
+                "gradient_accumulation_steps": args.gradient_accumulation_steps, "max_seq_length": args.max_seq_length,
+                "optimizer": args.optimizer, "lr_scheduler": args.lr_scheduler}
+    card_metrics = {k.removeprefix("eval_"): v for k, v in metrics.items()}
+    hub_publish(model, args.push_to_hub, tokenizer=tokenizer, metrics=card_metrics or None, training=training,
+                training_logs=str(log_path))
