@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification
 
 import hf_xfmr.hub
+from hf_xfmr.plots import loss_curves, read_log
 
 from hf_xfmr.training.finetune import finetune, load_adapter_model
 
@@ -41,6 +42,8 @@ def test_full_finetune_from_scratch_learns_and_logs(tmp_path, wordpiece_tokenize
     assert 0.3 < baseline < 0.7 and result.metrics["test"]["test_accuracy"] > baseline + 0.25
     losses = [row["loss"] for row in map(json.loads, result.log_file.read_text().splitlines()) if "loss" in row]
     assert losses[-1] < losses[0]
+    curves = loss_curves(read_log(result.log_file))  # what the loss-curve plots read
+    assert len(curves.train) == 6 and [s for s, _ in curves.eval][:3] == [8, 16, 24]
     # The JSON-lines log is Trainer's log history, one object per line, in order.
     logged = [json.loads(line) for line in result.log_file.read_text().splitlines()]
     assert logged == json.loads(json.dumps(result.trainer.state.log_history))
@@ -160,10 +163,9 @@ def test_gradient_accumulation_matches_a_large_batch(tmp_path, wordpiece_tokeniz
 
 def test_from_scratch_lora_saves_its_base_and_publishes(tmp_path, wordpiece_tokenizer, monkeypatch):
     calls = []
-    monkeypatch.setattr(hf_xfmr.hub, "export", lambda model, tok, folder: calls.append(("export", model, folder)),
-                        raising=False)
-    monkeypatch.setattr(hf_xfmr.hub, "publish", lambda folder, repo: calls.append(("publish", folder, repo)),
-                        raising=False)
+    monkeypatch.setattr(hf_xfmr.hub, "export", lambda model, tok, folder, **card: calls.append(
+        ("export", model, folder, card)))
+    monkeypatch.setattr(hf_xfmr.hub, "publish", lambda folder, repo: calls.append(("publish", folder, repo)))
     args = quick_args(tmp_path, lora=True, merge=True, lora_dropout=0.0, max_steps=2, eval_steps=2,
                       push_to_hub="someone/tiny-sentiment")
     result = finetune(args, dataset=sentiment_dataset(train=32, validation=8), tokenizer=wordpiece_tokenizer)
@@ -172,6 +174,9 @@ def test_from_scratch_lora_saves_its_base_and_publishes(tmp_path, wordpiece_toke
     assert [c[0] for c in calls] == ["export", "publish"]
     assert calls[0][1] is result.model and type(result.model).__name__ == "XfmrBertForSequenceClassification"
     assert calls[0][2] == calls[1][1] == result.hub_folder and calls[1][2] == "someone/tiny-sentiment"
+    card = calls[0][3]
+    assert set(card["metrics"]) == {"accuracy", "f1"} and card["training"]["lora"] is True
+    assert card["training_logs"] == str(result.log_file) and card["repo_id"] == "someone/tiny-sentiment"
     batch = wordpiece_tokenizer(["good cat", "bad dog"], padding=True, return_tensors="pt")
     with torch.no_grad():
         torch.testing.assert_close(load_adapter_model(result.adapter_dir).eval()(**batch).logits,

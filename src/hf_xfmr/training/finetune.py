@@ -787,6 +787,26 @@ def _check_hub() -> tuple:
     return export, publish
 
 
+def _publish(hub, model, tokenizer, args: FinetuneArguments, metrics: dict, log_file: Path, folder: Path) -> Path:
+    """`--push_to_hub REPO`: export the final model (merged with --lora) as a self-contained Hub folder with a
+    model card (test metrics, or validation ones without a test split; the training settings; the loss
+    curve of the log), then upload that folder. Credentials come from HF_TOKEN or `hf auth login`."""
+    export, publish = hub
+    split, prefix = ("test", "test_") if "test" in metrics else ("eval", "eval_")
+    card_metrics = {k.removeprefix(prefix): v for k, v in metrics[split].items()
+                    if isinstance(v, float) and not k.endswith(("_runtime", "_per_second", "loss")) and k != "epoch"}
+    training = {"task": args.task, "lora": args.lora, "learning_rate": args.learning_rate or (5e-4 if args.lora else 5e-5),
+                "epochs": args.num_train_epochs if args.max_steps <= 0 else None, "max_steps": args.max_steps
+                if args.max_steps > 0 else None, "per_device_train_batch_size": args.per_device_train_batch_size,
+                "max_seq_length": args.max_seq_length, "best_checkpoint": metrics.get("best_checkpoint")}
+    if args.lora:
+        training.update(lora_r=args.lora_r, lora_alpha=args.lora_alpha)
+    export(model, tokenizer, folder, repo_id=args.push_to_hub, metrics=card_metrics or None,
+           training={k: v for k, v in training.items() if v is not None}, training_logs=str(log_file), overwrite=True)
+    publish(folder, args.push_to_hub)
+    return folder
+
+
 def _prepare_output(args: FinetuneArguments) -> Path:
     out = Path(args.output_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -892,10 +912,7 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
         trainer.save_model(str(model_dir))
         tokenizer.save_pretrained(model_dir)
     if hub is not None:
-        export, publish = hub
-        hub_folder = out / "hub"
-        export(model, tokenizer, hub_folder)
-        publish(hub_folder, args.push_to_hub)
+        hub_folder = _publish(hub, model, tokenizer, args, metrics, log_file, out / "hub")
     if not args.keep_checkpoints:
         shutil.rmtree(checkpoints, ignore_errors=True)
 
