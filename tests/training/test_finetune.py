@@ -163,8 +163,13 @@ def test_gradient_accumulation_matches_a_large_batch(tmp_path, wordpiece_tokeniz
 
 def test_from_scratch_lora_saves_its_base_and_publishes(tmp_path, wordpiece_tokenizer, monkeypatch):
     calls = []
-    monkeypatch.setattr(hf_xfmr.hub, "export", lambda model, tok, folder, **card: calls.append(
-        ("export", model, folder, card)))
+    real_export = hf_xfmr.hub.export
+
+    def export(model, tok, folder, **card):  # the real export, recorded; only the upload is left out
+        calls.append(("export", model, folder, card))
+        return real_export(model, tok, folder, **card)
+
+    monkeypatch.setattr(hf_xfmr.hub, "export", export)
     monkeypatch.setattr(hf_xfmr.hub, "publish", lambda folder, repo: calls.append(("publish", folder, repo)))
     args = quick_args(tmp_path, lora=True, merge=True, lora_dropout=0.0, max_steps=2, eval_steps=2,
                       push_to_hub="someone/tiny-sentiment")
@@ -175,8 +180,12 @@ def test_from_scratch_lora_saves_its_base_and_publishes(tmp_path, wordpiece_toke
     assert calls[0][1] is result.model and type(result.model).__name__ == "XfmrBertForSequenceClassification"
     assert calls[0][2] == calls[1][1] == result.hub_folder and calls[1][2] == "someone/tiny-sentiment"
     card = calls[0][3]
-    assert set(card["metrics"]) == {"accuracy", "f1"} and card["training"]["lora"] is True
+    assert card["training"]["lora"] is True and "metrics" not in card  # local data: no Hub dataset id
     assert card["training_logs"] == str(result.log_file) and card["repo_id"] == "someone/tiny-sentiment"
+    accuracy = result.metrics["eval"]["eval_accuracy"]
+    assert f"accuracy {accuracy:.4g}" in card["description"]
+    assert (result.hub_folder / "config.json").is_file()
+    assert f"accuracy {accuracy:.4g}" in (result.hub_folder / "README.md").read_text()
     batch = wordpiece_tokenizer(["good cat", "bad dog"], padding=True, return_tensors="pt")
     with torch.no_grad():
         torch.testing.assert_close(load_adapter_model(result.adapter_dir).eval()(**batch).logits,

@@ -787,7 +787,8 @@ def _check_hub() -> tuple:
     return export, publish
 
 
-def _publish(hub, model, tokenizer, args: FinetuneArguments, metrics: dict, log_file: Path, folder: Path) -> Path:
+def _publish(hub, model, tokenizer, args: FinetuneArguments, metrics: dict, log_file: Path, folder: Path,
+             given_dataset: bool) -> Path:
     """`--push_to_hub REPO`: export the final model (merged with --lora) as a self-contained Hub folder with a
     model card (test metrics, or validation ones without a test split; the training settings; the loss
     curve of the log), then upload that folder. Credentials come from HF_TOKEN or `hf auth login`."""
@@ -801,7 +802,19 @@ def _publish(hub, model, tokenizer, args: FinetuneArguments, metrics: dict, log_
                 "max_seq_length": args.max_seq_length, "best_checkpoint": metrics.get("best_checkpoint")}
     if args.lora:
         training.update(lora_r=args.lora_r, lora_alpha=args.lora_alpha)
-    export(model, tokenizer, folder, repo_id=args.push_to_hub, metrics=card_metrics or None,
+    from_args = not given_dataset
+    source = (args.dataset or args.train_file) if from_args else "a custom dataset"
+    if from_args and args.dataset in BUILTIN_DATASETS:
+        source = "the VADER human-rated sentences (Hutto & Gilbert, ICWSM 2014; vaderSentiment sdist, MIT)"
+    on_hub = (from_args and args.dataset is not None and args.dataset not in BUILTIN_DATASETS
+              and not Path(args.dataset).exists())
+    results = ", ".join(f"{k} {v:.4g}" for k, v in card_metrics.items())
+    description = f"Finetuned with `hf-xfmr finetune` for {args.task} on {source}" + (
+        f" ({'test' if split == 'test' else 'validation'} split: {results})." if results else ".")
+    # The card's model-index needs a Hub dataset id; metrics on local data go into the description only.
+    card = dict(metrics=card_metrics or None, eval_dataset=args.dataset, eval_dataset_config=args.dataset_config,
+                eval_split="test" if split == "test" else "validation") if on_hub and card_metrics else {}
+    export(model, tokenizer, folder, repo_id=args.push_to_hub, description=description, **card,
            training={k: v for k, v in training.items() if v is not None}, training_logs=str(log_file), overwrite=True)
     publish(folder, args.push_to_hub)
     return folder
@@ -912,7 +925,7 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
         trainer.save_model(str(model_dir))
         tokenizer.save_pretrained(model_dir)
     if hub is not None:
-        hub_folder = _publish(hub, model, tokenizer, args, metrics, log_file, out / "hub")
+        hub_folder = _publish(hub, model, tokenizer, args, metrics, log_file, out / "hub", dataset is not None)
     if not args.keep_checkpoints:
         shutil.rmtree(checkpoints, ignore_errors=True)
 
