@@ -45,7 +45,8 @@ def main():
         **source, dataset="vader", lora=args.lora, merge=args.lora, lora_target_modules=args.lora_targets,
         num_train_epochs=args.epochs,
         max_train_samples=args.max_train_samples, max_seq_length=64, per_device_train_batch_size=32,
-        per_device_eval_batch_size=128, learning_rate=args.learning_rate or (1e-3 if args.lora or not args.model else 1e-4),
+        per_device_eval_batch_size=128,
+        learning_rate=args.learning_rate or (1e-3 if args.lora or not args.model else 1e-4),
         output_dir=args.output, overwrite_output_dir=True, use_cpu=True, seed=0,
     )
     start = time.perf_counter()

@@ -47,7 +47,8 @@ def test_full_finetune_from_scratch_learns_and_logs(tmp_path, wordpiece_tokenize
     # The JSON-lines log is Trainer's log history, one object per line, in order.
     logged = [json.loads(line) for line in result.log_file.read_text().splitlines()]
     assert logged == json.loads(json.dumps(result.trainer.state.log_history))
-    assert json.loads(result.metrics_file.read_text())["eval"]["eval_accuracy"] == result.metrics["eval"]["eval_accuracy"]
+    saved = json.loads(result.metrics_file.read_text())
+    assert saved["eval"]["eval_accuracy"] == result.metrics["eval"]["eval_accuracy"]
     assert result.label_names == ["negative", "positive"]
     assert (result.model_dir / "model.safetensors").is_file() and (result.model_dir / "tokenizer.json").is_file()
     assert not (result.output_dir / "checkpoints").exists()  # removed unless keep_checkpoints

@@ -6,7 +6,6 @@ import json
 import datasets
 import numpy as np
 import pytest
-import torch
 
 import hf_xfmr.models
 from hf_xfmr.models import architectures

@@ -113,7 +113,8 @@ def read_vader_ratings(sdist: str | os.PathLike | None = None, sources=None) -> 
         with tarfile.open(path, "r:gz") as outer:
             member = next((m for m in outer.getmembers() if m.name.endswith(_INNER_ARCHIVE)), None)
             if member is None:
-                raise ValueError(f"{path} holds no {_INNER_ARCHIVE}: it is not the vaderSentiment {VADER_VERSION} sdist.")
+                raise ValueError(f"{path} holds no {_INNER_ARCHIVE}: it is not the vaderSentiment {VADER_VERSION} "
+                                 "sdist.")
             inner_bytes = outer.extractfile(member).read()
     except tarfile.TarError as err:
         raise ValueError(f"{path} is not a readable .tar.gz archive ({err}); fetch it again with `{FETCH_COMMAND}`.")
@@ -130,7 +131,8 @@ def read_vader_ratings(sdist: str | os.PathLike | None = None, sources=None) -> 
                     continue
                 parts = line.split("\t")
                 if len(parts) != 3:
-                    raise ValueError(f"{file_name} line {line_no}: expected 'id<TAB>rating<TAB>text', got {line[:80]!r}.")
+                    raise ValueError(f"{file_name} line {line_no}: expected 'id<TAB>rating<TAB>text', got "
+                                     f"{line[:80]!r}.")
                 rows.append({"id": parts[0], "source": source, "text": parts[2].strip(), "rating": float(parts[1])})
     return rows
 

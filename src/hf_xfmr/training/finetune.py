@@ -169,7 +169,8 @@ class FinetuneArguments:
                                 "(a from-scratch model), got " +
                                 ("both." if self.arch else "neither."))
         if self.task not in FINETUNE_TASKS:
-            raise FinetuneError(f"--task {self.task!r} is not a finetuning task; choose one of {', '.join(FINETUNE_TASKS)}.")
+            raise FinetuneError(f"--task {self.task!r} is not a finetuning task; choose one of "
+                                f"{', '.join(FINETUNE_TASKS)}.")
         if self.dataset is None and self.train_file is None:
             raise FinetuneError("No data: pass --dataset (folder, file, Hub name or 'vader') or --train_file.")
         if self.dataset is not None and self.train_file is not None:
@@ -452,7 +453,8 @@ def _load_tokenizer(args: FinetuneArguments, data: _TaskData):
                                 "--tokenizer_name_or_path.") from None
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
-            raise FinetuneError("The tokenizer has neither a pad nor an end-of-sequence token; batches cannot be padded.")
+            raise FinetuneError("The tokenizer has neither a pad nor an end-of-sequence token; batches cannot be "
+                                "padded.")
         tokenizer.pad_token = tokenizer.eos_token  # GPT-style tokenizers: pad with EOS (masked out anyway)
     if args.task in (TAGGING, QUESTION_ANSWERING) and not tokenizer.is_fast:
         raise FinetuneError(f"{args.task} needs a fast tokenizer (word ids / character offsets); "
@@ -619,9 +621,9 @@ def lora_targets(model, requested: list[str] | None) -> list[str]:
     if requested:
         missing = [t for t in requested if t not in present]
         if missing:
+            own = ", ".join(t for t in DEFAULT_LORA_TARGETS if t in present) or "none of the defaults"
             raise FinetuneError(f"--lora_target_modules: {', '.join(missing)} not found in "
-                                f"{type(model).__name__}; its projections include "
-                                f"{', '.join(t for t in DEFAULT_LORA_TARGETS if t in present) or 'none of the defaults'}.")
+                                f"{type(model).__name__}; its projections include {own}.")
         return list(requested)
     found = [t for t in DEFAULT_LORA_TARGETS if t in present]
     if not found:
@@ -796,7 +798,8 @@ def _publish(hub, model, tokenizer, args: FinetuneArguments, metrics: dict, log_
     split, prefix = ("test", "test_") if "test" in metrics else ("eval", "eval_")
     card_metrics = {k.removeprefix(prefix): v for k, v in metrics[split].items()
                     if isinstance(v, float) and not k.endswith(("_runtime", "_per_second", "loss")) and k != "epoch"}
-    training = {"task": args.task, "lora": args.lora, "learning_rate": args.learning_rate or (5e-4 if args.lora else 5e-5),
+    training = {"task": args.task, "lora": args.lora,
+                "learning_rate": args.learning_rate or (5e-4 if args.lora else 5e-5),
                 "epochs": args.num_train_epochs if args.max_steps <= 0 else None, "max_steps": args.max_steps
                 if args.max_steps > 0 else None, "per_device_train_batch_size": args.per_device_train_batch_size,
                 "max_seq_length": args.max_seq_length, "best_checkpoint": metrics.get("best_checkpoint")}
