@@ -98,7 +98,7 @@ def to_additive_mask(mask, dtype):
     return bias.masked_fill(~mask, torch.finfo(dtype).min)
 
 
-def decoder_attention_mask(attention_mask, q_len, k_len, document_ids=None):
+def decoder_attention_mask(attention_mask, q_len, k_len, document_ids=None, device=None):
     """The self-attention mask of a causal decoder, as `(mask, is_causal)` for the attention kernels.
 
     attention_mask: None, a (B, k_len) tokenizer mask of 0/1 over the cached and the new tokens, or a
@@ -106,6 +106,7 @@ def decoder_attention_mask(attention_mask, q_len, k_len, document_ids=None):
     q_len / k_len: new tokens and all tokens (cached + new); the queries are the last q_len keys.
     document_ids: optional (B, q_len) ids of packed documents (when q_len == k_len): no query attends
         to another document's keys.
+    device: where to build the mask when neither tensor is given (default: theirs, else CPU).
 
     Returns the cheapest exact form: `(None, True)` for a plain causal prefill (sdpa's causal kernel),
     `(None, False)` for one new token with nothing to hide, else a bool (B, 1, q_len, k_len) mask.
@@ -117,7 +118,8 @@ def decoder_attention_mask(attention_mask, q_len, k_len, document_ids=None):
             return None, False  # the single newest token sees every key
         if q_len == k_len:
             return None, True
-    device = (attention_mask if attention_mask is not None else document_ids).device
+    for tensor in (attention_mask, document_ids):
+        device = tensor.device if tensor is not None else device
     mask = causal_mask(q_len, k_len, device=device)
     mask = mask[None, None]  # (1, 1, Tq, Tk)
     if attention_mask is not None:

@@ -233,7 +233,8 @@ class XfmrGPTModel(XfmrGPTPreTrainedModel):
         if attention_mask is not None and attention_mask.dim() == 2 and not torch.compiler.is_compiling():
             if bool(attention_mask.all()):
                 attention_mask = None
-        mask, is_causal = decoder_attention_mask(attention_mask, seq_len, past_length + seq_len, documents)
+        mask, is_causal = decoder_attention_mask(attention_mask, seq_len, past_length + seq_len, documents,
+                                                 device=device)
 
         all_hidden_states = (hidden_states,) if output_hidden_states else None
         all_attentions = () if output_attentions else None
