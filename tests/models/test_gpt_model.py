@@ -204,3 +204,26 @@ def test_one_lora_target_list_trains_and_generates():
     classifier = get_peft_model(tiny(XfmrGPTForSequenceClassification, num_labels=2),
                                 LoraConfig(task_type="SEQ_CLS", r=4, target_modules=targets))
     assert any("classifier" in n and p.requires_grad for n, p in classifier.named_parameters())
+
+
+def test_text_generation_pipeline_matches_gpt2():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from ..conftest import WORDS
+
+    vocab = {tok: i for i, tok in enumerate(["<pad>", "<unk>", *WORDS, "<|endoftext|>"])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>",
+                                               eos_token="<|endoftext|>", padding_side="left")
+    config = transformers.GPT2Config(vocab_size=len(vocab), n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                     bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=0)
+    torch.manual_seed(0)
+    ref = transformers.GPT2LMHeadModel(config).eval()
+    ours = hf_xfmr.from_transformers(ref)
+    prompts = ["the cat sat on a tree", "a king"]
+    expected = transformers.pipeline("text-generation", model=ref, tokenizer=tok)(
+        prompts, max_new_tokens=6, do_sample=False, batch_size=2)
+    got = transformers.pipeline("text-generation", model=ours, tokenizer=tok)(
+        prompts, max_new_tokens=6, do_sample=False, batch_size=2)
+    assert got == expected and len(got[0][0]["generated_text"].split()) > 6
