@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.testing import assert_close
-from transformers import DynamicCache, GenerationConfig
+from transformers import DynamicCache, EncoderDecoderCache, GenerationConfig
 
 from hf_xfmr.layers.masks import decoder_attention_mask
 from hf_xfmr.models.conversion import Conversion, TensorRule, transpose
@@ -72,6 +72,9 @@ def test_prepare_cache():
     assert prepare_cache(None, False, config) is None
     cache = DynamicCache(config=config)
     assert prepare_cache(cache, False, config) is cache
+    both = prepare_cache(None, True, config, cross_attention=True)  # encoder-decoders
+    assert isinstance(both, EncoderDecoderCache) and isinstance(both.self_attention_cache, DynamicCache)
+    assert prepare_cache(cache, True, config, cross_attention=True).self_attention_cache is cache
     with pytest.raises(TypeError, match="must be a transformers `Cache`"):
         prepare_cache(((torch.zeros(1), torch.zeros(1)),), True, config)
 

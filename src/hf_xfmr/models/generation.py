@@ -31,7 +31,7 @@ Shapes: B batch, T new tokens, P cached tokens, C hidden size, V vocabulary.
 import torch
 from torch import nn
 from transformers import GenerationMixin
-from transformers.cache_utils import Cache, DynamicCache
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ..layers.cross_entropy import linear_cross_entropy
@@ -42,9 +42,10 @@ from .losses import IGNORE_INDEX, mean_over_items, token_loss
 
 
 # -- 1. backbone plumbing --------------------------------------------------------------------------
-def prepare_cache(past_key_values, use_cache: bool, config):
+def prepare_cache(past_key_values, use_cache: bool, config, cross_attention: bool = False):
     """The cache a decoder forward should fill: the given one, a new `DynamicCache` when `use_cache`
-    and none was given, else None."""
+    and none was given, else None. With `cross_attention` (encoder-decoders) a new cache is an
+    `EncoderDecoderCache` (self-attention and cross-attention halves), and a plain one given is wrapped."""
     if past_key_values is not None and not isinstance(past_key_values, Cache):
         raise TypeError(
             f"`past_key_values` must be a transformers `Cache` (e.g. `DynamicCache`), got "
@@ -52,7 +53,9 @@ def prepare_cache(past_key_values, use_cache: bool, config):
             f"`past_key_values` returned by the previous call, or `DynamicCache(config=model.config)`."
         )
     if use_cache and past_key_values is None:
-        return DynamicCache(config=config)
+        past_key_values = DynamicCache(config=config)
+    if cross_attention and past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
+        past_key_values = EncoderDecoderCache(past_key_values, DynamicCache(config=config))
     return past_key_values
 
 
