@@ -227,3 +227,22 @@ def test_text_generation_pipeline_matches_gpt2():
     got = transformers.pipeline("text-generation", model=ours, tokenizer=tok)(
         prompts, max_new_tokens=6, do_sample=False, batch_size=2)
     assert got == expected and len(got[0][0]["generated_text"].split()) > 6
+
+
+def test_trainer_trains_on_packed_rows_and_evaluates_with_logits(tmp_path):
+    """Training steps run without logits (chunked loss); evaluate/predict get full logits; the loss drops."""
+    rows = list(pack_stream([[5, 6, 7, 8, 9, 10, 11, 12]] * 40, 16, EOS, drop_last=True))
+    collate = DataCollatorForCLM(types.SimpleNamespace(pad_token_id=PAD, eos_token_id=EOS), isolate_documents=True)
+    model = tiny()
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, gradient_accumulation_steps=2, max_steps=12,
+        learning_rate=1e-2, logging_steps=3, save_strategy="no", report_to=[], use_cpu=True, seed=0,
+        disable_tqdm=True, remove_unused_columns=False,
+    )
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=rows, eval_dataset=rows[:4],
+                                   data_collator=collate)
+    trainer.train()
+    losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
+    assert len(losses) == 4 and losses[-1] < 0.6 * losses[0], losses
+    assert math.isfinite(trainer.evaluate()["eval_loss"])
+    assert trainer.predict(rows[:4]).predictions.shape == (4, 16, 99)
