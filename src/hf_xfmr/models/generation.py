@@ -5,8 +5,11 @@ Three layers, each usable on its own (GPT uses all three; an encoder-decoder's d
 its `ForConditionalGeneration` the second's loss function and the third):
 
 1. Backbone plumbing, called at the top of a decoder's `forward`:
-   - `prepare_cache(past_key_values, use_cache, config)`: a `DynamicCache(config=...)` when caching
-     is asked for and none was given; tuple caches are rejected with a clear error.
+   - `prepare_cache(past_key_values, use_cache, config, cross_attention=False)`: a
+     `DynamicCache(config=...)` when caching is asked for and none was given (an `EncoderDecoderCache`
+     with `cross_attention`); tuple caches are rejected with a clear error. `cached_length(cache)`.
+   - `check_decoder_mask(attention_mask, batch, past_length, seq_len)`: a 2-D mask covers cached and
+     new tokens, a 4-D one is (B, 1, T, P + T); clear errors otherwise.
    - `decoder_position_ids(attention_mask, past_length, seq_len)`: positions of the new tokens when the
      caller gave none. Without padding they are `past_length + arange(seq_len)`; with a 2-D mask each
      real token is numbered by the real tokens before it, so a left-padded row gets the positions it
