@@ -189,9 +189,11 @@ def test_instance_head_can_be_reduced_to_base_but_not_swapped():
 
 
 def test_unsupported_architectures_and_inputs_raise_clear_errors(tmp_path):
-    gpt2 = transformers.GPT2Model(transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50))
-    with pytest.raises(ValueError, match="cannot convert transformers model type 'gpt2'; supported: bert"):
-        hf_xfmr.from_transformers(gpt2)
+    opt = transformers.OPTModel(transformers.OPTConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2,
+                                                       ffn_dim=32, vocab_size=50, word_embed_proj_dim=16,
+                                                       max_position_embeddings=32))
+    with pytest.raises(ValueError, match="cannot convert transformers model type 'opt'; supported: bert"):
+        hf_xfmr.from_transformers(opt)
     with pytest.raises(FileNotFoundError, match="no config.json"):
         hf_xfmr.from_transformers(tmp_path)
     with pytest.raises(TypeError, match="PreTrainedModel or a directory"):

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForPreTraining
 
 import hf_xfmr  # noqa: F401
 from hf_xfmr.training import (
@@ -71,6 +71,7 @@ def test_resume_continues_exactly(saved_tokenizer, tmp_path, streaming):
     ("bert", "wwm", AutoModelForMaskedLM),
     ("bert", "mlm+nsp", AutoModelForPreTraining),
     ("roberta", "mlm", AutoModelForMaskedLM),
+    ("gpt", "clm", AutoModelForCausalLM),
 ])
 def test_objectives_train_and_save_a_loadable_model(tmp_path, saved_tokenizer, arch, objective, auto_class):
     tokenizer = saved_tokenizer if arch == "bert" else None  # roberta: a byte-level BPE trained on the fly

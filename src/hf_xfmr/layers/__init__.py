@@ -19,6 +19,7 @@ from .masks import (
     block_diagonal_mask,
     causal_mask,
     combine_masks,
+    decoder_attention_mask,
     document_ids_from_cu_seqlens,
     document_ids_from_position_ids,
     padding_mask,

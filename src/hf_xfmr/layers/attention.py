@@ -58,16 +58,20 @@ def eager_attention_forward(module, query, key, value, attention_mask, scaling=N
         attention_mask, kwargs.get("is_causal", False), query.shape[-2], key.shape[-2], query.device
     )
     scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (B, H, Tq, Tk)
-    scores = scores.float()
+    scores = scores.float()  # a fresh tensor either way: masking it in place saves a (B, H, Tq, Tk) copy
     if attention_mask is not None:
         min_value = torch.finfo(scores.dtype).min
         if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, min_value)
+            scores = scores.masked_fill_(~attention_mask, min_value)
         else:  # additive bias; clamp -inf so fully masked rows stay finite (no NaN in backward)
-            scores = scores + attention_mask.float().clamp(min=min_value)
+            scores = scores.add_(attention_mask.float().clamp(min=min_value))
     probs = scores.softmax(dim=-1)
     if attention_mask is not None:
-        probs = probs.masked_fill(~_rows_with_keys(attention_mask), 0.0)  # fully masked rows -> 0
+        rows = _rows_with_keys(attention_mask)  # (..., Tq, 1)
+        # Zero fully masked rows; skipped (one pass over the probabilities and its backward) when there
+        # are none, e.g. under a causal mask. A compiled graph always fills (no data-dependent branch).
+        if torch.compiler.is_compiling() or not bool(rows.all()):
+            probs = probs.masked_fill(~rows, 0.0)
     probs = apply_dropout(probs, dropout, training=_is_training(module)).to(query.dtype)
     out = torch.matmul(probs, value)  # (B, H, Tq, D)
     return out.transpose(1, 2).contiguous(), probs  # (B, Tq, H, D)

@@ -40,15 +40,19 @@ class _LinearCrossEntropy(torch.autograd.Function):
             logits = torch.matmul(h, weight.t())  # (n, V), autocast applies here when enabled
             if bias is not None:
                 logits = logits + bias
-            logits = logits.float()
+            logits = logits.float()  # a fresh (n, V) tensor: the in-place steps below are safe
             valid = target != ignore_index  # (n,)
             safe_target = target.masked_fill(~valid, 0).unsqueeze(1)  # (n, 1)
-            lse = torch.logsumexp(logits, dim=-1)  # (n,)
             picked = logits.gather(1, safe_target).squeeze(1)  # (n,)
+            # log-sum-exp with exp computed once: its result, exp(logits - max), is the softmax's numerator
+            row_max = logits.amax(dim=-1, keepdim=True)  # (n, 1)
+            exp_shifted = logits.sub_(row_max).exp_()  # (n, V), in place
+            sum_exp = exp_shifted.sum(dim=-1, keepdim=True)  # (n, 1)
+            lse = (sum_exp.log() + row_max).squeeze(1)  # (n,)
             total += ((lse - picked) * valid).sum()
             if need_grad:
                 # d loss / d logits = softmax - one_hot, zero on ignored rows
-                grad_logits = torch.exp_(logits.sub_(lse.unsqueeze(1)))  # (n, V), in place: logits are done
+                grad_logits = exp_shifted.div_(sum_exp)  # (n, V) softmax, in place
                 grad_logits.scatter_add_(1, safe_target, torch.full_like(picked, -1.0).unsqueeze(1))
                 grad_logits.mul_(valid.unsqueeze(1).to(grad_logits.dtype))
                 g = grad_logits.to(h.dtype) if h.dtype != torch.float32 else grad_logits

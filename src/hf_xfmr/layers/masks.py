@@ -96,3 +96,36 @@ def to_additive_mask(mask, dtype):
         return mask.to(dtype)
     bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     return bias.masked_fill(~mask, torch.finfo(dtype).min)
+
+
+def decoder_attention_mask(attention_mask, q_len, k_len, document_ids=None, device=None):
+    """The self-attention mask of a causal decoder, as `(mask, is_causal)` for the attention kernels.
+
+    attention_mask: None, a (B, k_len) tokenizer mask of 0/1 over the cached and the new tokens, or a
+        ready (B, 1, q_len, k_len) mask (bool or additive float) that is returned unchanged.
+    q_len / k_len: new tokens and all tokens (cached + new); the queries are the last q_len keys.
+    document_ids: optional (B, q_len) ids of packed documents (when q_len == k_len): no query attends
+        to another document's keys.
+    device: where to build the mask when neither tensor is given (default: theirs, else CPU).
+
+    Returns the cheapest exact form: `(None, True)` for a plain causal prefill (sdpa's causal kernel),
+    `(None, False)` for one new token with nothing to hide, else a bool (B, 1, q_len, k_len) mask.
+    """
+    if attention_mask is not None and attention_mask.dim() == 4:
+        return attention_mask, False
+    if attention_mask is None and document_ids is None:
+        if q_len == 1:
+            return None, False  # the single newest token sees every key
+        if q_len == k_len:
+            return None, True
+    for tensor in (attention_mask, document_ids):
+        device = tensor.device if tensor is not None else device
+    mask = causal_mask(q_len, k_len, device=device)
+    mask = mask[None, None]  # (1, 1, Tq, Tk)
+    if attention_mask is not None:
+        mask = mask & padding_mask(attention_mask)  # (B, 1, Tq, Tk)
+    if document_ids is not None:
+        if q_len != k_len:
+            raise ValueError("document_ids need q_len == k_len: packed documents cannot follow a cache")
+        mask = mask & (document_ids[:, :, None] == document_ids[:, None, :])[:, None]  # (B, 1, T, T)
+    return mask, False

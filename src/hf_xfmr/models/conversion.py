@@ -28,13 +28,45 @@ def _rule_regex(template: str) -> re.Pattern:
 
 
 @dataclass(frozen=True)
+class TensorRule:
+    """Parameters whose tensors change layout between the two formats, not only their names.
+
+    `ours` lists one or more of our parameter names, `theirs` the one transformers parameter they form
+    together; names are relative to the base model (as in `body_rules`) and `{i}` is a layer index.
+    `to_hf(*our_tensors) -> their_tensor` and `from_hf(their_tensor) -> tuple of our tensors` must be
+    exact inverses (transposes, splits and concatenations are). Example, GPT-2's fused, transposed
+    Conv1D attention input: ours (q_proj.weight, k_proj.weight, v_proj.weight) <-> theirs c_attn.weight.
+    The same functions convert gradients (`convert_state_dict`), so they must be linear maps.
+    """
+
+    ours: tuple
+    theirs: str
+    to_hf: Callable
+    from_hf: Callable
+
+    def __post_init__(self):
+        if isinstance(self.ours, str):
+            object.__setattr__(self, "ours", (self.ours,))
+
+
+def transpose(tensor: torch.Tensor) -> torch.Tensor:
+    """A 2-D weight transposed (Conv1D (in, out) <-> Linear (out, in)); a 1-D bias unchanged."""
+    return tensor.t() if tensor.dim() == 2 else tensor
+
+
+@dataclass(frozen=True)
 class Conversion:
     """How one transformers architecture maps onto ours.
 
     Rules are (our key prefix, transformers key prefix) pairs; `{i}` stands for a layer index.
     `body_rules` rename keys of the base model (relative to it); `head_rules` rename head keys of the
-    full model. `aliases` lists transformers keys that are tied copies of another transformers key
-    (e.g. BERT's `cls.predictions.bias` is `cls.predictions.decoder.bias`).
+    full model, and `task_head_rules[task]` (tried first) those of one task only (GPT-2 calls the
+    sequence classifier `score` but the token classifier `classifier`). `aliases` lists transformers
+    keys that are tied copies of another transformers key (e.g. BERT's `cls.predictions.bias` is
+    `cls.predictions.decoder.bias`). `tensor_rules` (`TensorRule`) convert base-model parameters whose
+    layout differs (transposed, fused or split tensors) before any renaming. `config_extras` names
+    fields of our config that transformers' config class does not declare but its models read when
+    set (e.g. `classifier_dropout` on GPT-2): they are copied as plain attributes both ways.
     """
 
     hf_model_type: str
@@ -49,6 +81,9 @@ class Conversion:
     # Extra constructor arguments that mirror the source model (either side), e.g. whether a base model
     # has a pooler. Called as base_init_kwargs(source_model) for task "base" only.
     base_init_kwargs: Callable | None = None
+    task_head_rules: dict = field(default_factory=dict)  # task -> rules tried before `head_rules`
+    tensor_rules: tuple = ()  # TensorRule entries for base-model parameters
+    config_extras: tuple = ()
 
     def init_kwargs(self, source_model, task: str) -> dict:
         if task != "base" or self.base_init_kwargs is None:
@@ -66,12 +101,15 @@ class Conversion:
         shared = self._arch_fields(self.config_class) & self._arch_fields(type(hf_config))
         kwargs = {name: getattr(hf_config, name) for name in shared}
         kwargs.update({name: getattr(hf_config, name) for name in TASK_CONFIG_FIELDS})
+        kwargs.update({name: getattr(hf_config, name) for name in self.config_extras if hasattr(hf_config, name)})
         return self.config_class(**kwargs)
 
     def config_to_transformers(self, config) -> PretrainedConfig:
         shared = self._arch_fields(self.config_class) & self._arch_fields(self.hf_config_class)
         kwargs = {name: getattr(config, name) for name in shared}
         kwargs.update({name: getattr(config, name) for name in TASK_CONFIG_FIELDS})
+        kwargs.update({name: getattr(config, name) for name in self.config_extras
+                       if getattr(config, name, None) is not None})
         return self.hf_config_class(**kwargs)
 
     # -- state dicts -----------------------------------------------------------------------------
@@ -84,8 +122,42 @@ class Conversion:
                 return prefix + key[match.end():]
         return None
 
+    def _head_rules(self, task: str) -> tuple:
+        return tuple(self.task_head_rules.get(task, ())) + tuple(self.head_rules)
+
+    def _apply_tensor_rules(self, state_dict: dict, task: str, to_hf: bool) -> tuple[dict, dict]:
+        """Convert the parameters covered by `tensor_rules`: (converted, in the target layout and
+        naming; the rest of `state_dict`, still to be renamed)."""
+        rest = dict(state_dict)
+        done = {}
+        if not self.tensor_rules:
+            return done, rest
+        ours_prefix = "" if task == "base" else "model."
+        theirs_prefix = "" if task == "base" else f"{self.hf_base_prefix}."
+        for rule in self.tensor_rules:
+            src_templates = rule.ours if to_hf else (rule.theirs,)
+            dst_templates = (rule.theirs,) if to_hf else rule.ours
+            src_prefix, dst_prefix = (ours_prefix, theirs_prefix) if to_hf else (theirs_prefix, ours_prefix)
+            first = re.compile(_rule_regex(src_prefix + src_templates[0]).pattern + "$")
+            for key in list(rest):
+                match = first.match(key)
+                if match is None:
+                    continue
+                index = match.groupdict().get("i")
+                names = [src_prefix + t.replace("{i}", index or "") for t in src_templates]
+                missing = [name for name in names if name not in rest]
+                if missing:
+                    raise KeyError(f"{self.hf_model_type}: {key!r} needs {missing} as well to be converted "
+                                   f"(task {task!r}); the state dict is incomplete.")
+                tensors = [rest.pop(name) for name in names]
+                result = rule.to_hf(*tensors) if to_hf else rule.from_hf(*tensors)
+                results = (result,) if to_hf else tuple(result)
+                for template, tensor in zip(dst_templates, results, strict=True):
+                    done[dst_prefix + template.replace("{i}", index or "")] = tensor
+        return done, rest
+
     def state_dict_to_transformers(self, state_dict: dict, task: str) -> dict:
-        out = {}
+        out, state_dict = self._apply_tensor_rules(state_dict, task, to_hf=True)
         for key, value in state_dict.items():
             if task == "base":
                 new = self._rename(key, self.body_rules, to_hf=True)
@@ -93,7 +165,7 @@ class Conversion:
                 new = self._rename(key[len("model."):], self.body_rules, to_hf=True)
                 new = None if new is None else f"{self.hf_base_prefix}.{new}"
             else:
-                new = self._rename(key, self.head_rules, to_hf=True)
+                new = self._rename(key, self._head_rules(task), to_hf=True)
             if new is None:
                 raise KeyError(f"No transformers name for parameter {key!r} ({self.hf_model_type}, task {task!r}).")
             out[new] = value
@@ -108,7 +180,7 @@ class Conversion:
             if alias in state_dict:
                 value = state_dict.pop(alias)
                 state_dict.setdefault(primary, value)
-        out = {}
+        out, state_dict = self._apply_tensor_rules(state_dict, task, to_hf=False)
         prefix = f"{self.hf_base_prefix}."
         for key, value in state_dict.items():
             if task == "base":
@@ -117,7 +189,7 @@ class Conversion:
                 new = self._rename(key[len(prefix):], self.body_rules, to_hf=False)
                 new = None if new is None else f"model.{new}"
             else:
-                new = self._rename(key, self.head_rules, to_hf=False)
+                new = self._rename(key, self._head_rules(task), to_hf=False)
             if new is None:
                 raise KeyError(
                     f"Unexpected parameter {key!r} in a {self.hf_model_type} checkpoint (task {task!r}); hf_xfmr "

@@ -59,9 +59,10 @@ def pool_last(hidden_states, **_):
 def last_real_token_index(input_ids=None, attention_mask=None, pad_token_id=None, seq_len=None):
     """(B,) index of each row's last real token: from the mask, else from the pad id, else T - 1.
 
-    Works for right and left padding: it is the largest index whose token is real.
+    Works for right and left padding: it is the largest index whose token is real. A 4-D mask (packed
+    documents) says nothing about padding by itself: the pad id decides then.
     """
-    if attention_mask is not None:
+    if attention_mask is not None and attention_mask.dim() == 2:
         real = attention_mask.bool()
     elif input_ids is not None and pad_token_id is not None:
         real = input_ids != pad_token_id

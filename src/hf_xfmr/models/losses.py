@@ -22,6 +22,11 @@ def token_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=No
     labels = labels.reshape(-1)
     total = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels, ignore_index=IGNORE_INDEX,
                             reduction="sum")
+    return mean_over_items(total, labels, num_items_in_batch)
+
+
+def mean_over_items(total: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+    """A summed token loss divided by the number of labels != -100, or by `num_items_in_batch`; 0 / 0 -> 0."""
     if num_items_in_batch is None:
         count = (labels != IGNORE_INDEX).sum()
     else:

@@ -1,0 +1,217 @@
+"""GPT against transformers' GPT-2, through the production converter.
+
+Every head, eager and sdpa, right-padded batches: hidden states, logits, loss and the gradient of every
+parameter after one backward pass at fp32 atol 1e-5; round trips bit-exact in both directions.
+"""
+
+import types
+
+import pytest
+import torch
+import transformers
+from torch.testing import assert_close
+
+import hf_xfmr
+from hf_xfmr.data import DataCollatorForCLM
+from hf_xfmr.models.conversion import convert_state_dict
+
+from ._gpt import EOS, PAD, VOCAB, padded_batch, tiny_gpt2_config
+
+ATOL, RTOL = 1e-5, 1e-5
+
+HEADS = {
+    "base": "GPT2Model",
+    "causal-lm": "GPT2LMHeadModel",
+    "sequence-classification": "GPT2ForSequenceClassification",
+    "token-classification": "GPT2ForTokenClassification",
+    "question-answering": "GPT2ForQuestionAnswering",
+}
+
+
+def make_inputs(task, seed=0):
+    ids, mask = padded_batch(seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    inputs = dict(input_ids=ids, attention_mask=mask)
+    batch, seq_len = ids.shape
+    if task == "causal-lm":
+        inputs["labels"] = ids.masked_fill(mask == 0, -100)
+    elif task == "sequence-classification":
+        inputs["labels"] = torch.randint(0, 3, (batch,), generator=g)
+    elif task == "token-classification":
+        inputs["labels"] = torch.randint(0, 3, (batch, seq_len), generator=g).masked_fill(mask == 0, -100)
+    elif task == "question-answering":
+        inputs["start_positions"] = torch.randint(0, 4, (batch,), generator=g)
+        inputs["end_positions"] = torch.tensor([5, 6, 30])  # the last one is out of range: ignored
+    return inputs
+
+
+def build_pair(task, attn, **overrides):
+    # classifier_dropout: GPT-2's token head reads it when set (else 0.1); 0 keeps training mode deterministic.
+    config = tiny_gpt2_config(num_labels=2 if task == "question-answering" else 3, classifier_dropout=0.0,
+                              **overrides)
+    torch.manual_seed(0)
+    ref = getattr(transformers, HEADS[task])._from_config(config, attn_implementation=attn)
+    ours = hf_xfmr.from_transformers(ref)
+    assert type(ours).__name__ == {"base": "XfmrGPTModel", "causal-lm": "XfmrGPTForCausalLM"}.get(
+        task, HEADS[task].replace("GPT2", "XfmrGPT"))
+    assert ours.config._attn_implementation == attn
+    return ref, ours
+
+
+def tensors_of(output):
+    named = {}
+    for key, value in output.items():
+        if isinstance(value, torch.Tensor):
+            named[key] = value
+        elif isinstance(value, tuple):
+            named.update({f"{key}.{i}": v for i, v in enumerate(value)})
+    return named
+
+
+def grads_of(model):
+    return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+
+
+def assert_same_outputs(ref_out, our_out, skip=()):
+    ref_named, our_named = tensors_of(ref_out), tensors_of(our_out)
+    assert set(ref_named) - set(skip) == set(our_named) - set(skip)
+    for key in set(ref_named) - set(skip):
+        assert_close(our_named[key], ref_named[key], atol=ATOL, rtol=RTOL, msg=lambda m: f"{key}: {m}")
+
+
+def assert_same_gradients(ref, ours, task):
+    ref_grads = convert_state_dict(grads_of(ref), "gpt2", task, to_hf=False)
+    our_grads = grads_of(ours)
+    assert set(our_grads) == set(ref_grads) and len(our_grads) == len(list(ours.parameters()))
+    for name, grad in our_grads.items():
+        assert_close(grad, ref_grads[name], atol=ATOL, rtol=RTOL, msg=lambda m: f"grad {name}: {m}")
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("task", list(HEADS))
+def test_parity_outputs_loss_and_gradients(task, attn):
+    ref, ours = build_pair(task, attn)
+    ref.train(), ours.train()  # dropout is 0, so training mode is deterministic and has gradients
+    inputs = make_inputs(task)
+    extra = dict(output_hidden_states=True, output_attentions=attn == "eager")
+    ref_out, our_out = ref(**inputs, **extra), ours(**inputs, **extra)
+    # Training with labels: ours computes the LM loss chunk by chunk and returns no logits.
+    skip = ("logits",) if task == "causal-lm" else ()
+    assert_same_outputs(ref_out, our_out, skip)
+    if task == "causal-lm":
+        assert our_out.logits is None
+    if task == "base":
+        ref_out.last_hidden_state.square().mean().backward()
+        our_out.last_hidden_state.square().mean().backward()
+    else:
+        assert torch.isfinite(ref_out.loss)
+        ref_out.loss.backward()
+        our_out.loss.backward()
+    assert_same_gradients(ref, ours, task)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_causal_lm_dense_loss_and_eval_logits_match(attn):
+    """`chunked_lm_loss=False` returns full logits in training; eval mode always does."""
+    ref, ours = build_pair("causal-lm", attn)
+    ours.config.chunked_lm_loss = False
+    ref.train(), ours.train()
+    inputs = make_inputs("causal-lm")
+    ref_out, our_out = ref(**inputs), ours(**inputs)
+    assert_same_outputs(ref_out, our_out)
+    ref_out.loss.backward(), our_out.loss.backward()
+    assert_same_gradients(ref, ours, "causal-lm")
+    ref.eval(), ours.eval()
+    with torch.no_grad():
+        assert_same_outputs(ref(**inputs), ours(**inputs))
+
+
+def test_num_items_in_batch_matches_reference():
+    ref, ours = build_pair("causal-lm", "sdpa")
+    inputs = make_inputs("causal-lm")
+    for mode in ("train", "eval"):
+        ref.train(mode == "train"), ours.train(mode == "train")
+        assert_close(ours(**inputs, num_items_in_batch=40).loss, ref(**inputs, num_items_in_batch=40).loss,
+                     atol=ATOL, rtol=RTOL)
+
+
+def test_token_type_ids_are_looked_up_in_the_word_embeddings_as_in_gpt2():
+    ref, ours = build_pair("base", "sdpa")
+    ids, mask = padded_batch()
+    types_ = torch.randint(0, 5, ids.shape)
+    assert_same_outputs(ref(input_ids=ids, attention_mask=mask, token_type_ids=types_),
+                        ours(input_ids=ids, attention_mask=mask, token_type_ids=types_))
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(scale_attn_weights=False),
+    dict(scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True),
+    dict(activation_function="relu", n_inner=None),
+    dict(tie_word_embeddings=False, layer_norm_epsilon=1e-3),
+], ids=["unscaled", "inverse-layer-scaling+upcast", "relu-default-inner", "untied"])
+def test_config_variants_match(overrides):
+    ref, ours = build_pair("causal-lm", "eager", **overrides)
+    ours.config.chunked_lm_loss = False
+    ref.train(), ours.train()
+    inputs = make_inputs("causal-lm")
+    ref_out, our_out = ref(**inputs), ours(**inputs)
+    assert_same_outputs(ref_out, our_out)
+    ref_out.loss.backward(), our_out.loss.backward()
+    assert_same_gradients(ref, ours, "causal-lm")
+    assert (ours.lm_head.weight is ours.model.embeddings.word_embeddings.weight) == ref.config.tie_word_embeddings
+
+
+@pytest.mark.parametrize("attn,mask_dtype", [("sdpa", None), ("eager", torch.float32)])
+def test_packed_rows_with_a_4d_mask_match_reference(attn, mask_dtype):
+    """DataCollatorForCLM(isolate_documents=True): block-diagonal mask + restarting positions."""
+    ref, ours = build_pair("causal-lm", attn)
+    tok = types.SimpleNamespace(pad_token_id=PAD, eos_token_id=EOS)
+    rows = [{"input_ids": [5, 6, 7, EOS, 9, 10, EOS, 11, 12], "position_ids": [0, 1, 2, 3, 0, 1, 2, 0, 1]},
+            {"input_ids": [20, 21, EOS, 22, 23, 24], "position_ids": [0, 1, 2, 0, 1, 2]}]
+    batch = DataCollatorForCLM(tok, isolate_documents=True, mask_dtype=mask_dtype)(rows)
+    ref.train(), ours.train()
+    ours.config.chunked_lm_loss = False
+    ref_out, our_out = ref(**batch, output_hidden_states=True), ours(**batch, output_hidden_states=True)
+    assert_same_outputs(ref_out, our_out)
+    ref_out.loss.backward(), our_out.loss.backward()
+    assert_same_gradients(ref, ours, "causal-lm")
+
+
+@pytest.mark.parametrize("task", list(HEADS))
+def test_round_trips_are_exact(task):
+    ref, ours = build_pair(task, "sdpa")
+    back = hf_xfmr.to_transformers(ours)
+    assert type(back) is type(ref)
+    ref_state, back_state = ref.state_dict(), back.state_dict()
+    assert list(back_state) == list(ref_state)
+    for name, tensor in ref_state.items():
+        assert torch.equal(back_state[name], tensor), name
+    again = hf_xfmr.from_transformers(back)
+    assert again.config.to_diff_dict() == ours.config.to_diff_dict()
+    for (name, a), (_, b) in zip(ours.state_dict().items(), again.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_sequence_classification_reads_the_last_real_token_with_left_padding_too():
+    ref, ours = build_pair("sequence-classification", "sdpa")
+    ids, mask = padded_batch(left=True)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # the reference needs them for left padding
+    expected = ref(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+    assert_close(ours(input_ids=ids, attention_mask=mask).logits, expected, atol=ATOL, rtol=RTOL)
+
+
+def test_convert_from_directory_and_reject_cross_attention(tmp_path):
+    torch.manual_seed(0)
+    ref = transformers.GPT2LMHeadModel(tiny_gpt2_config()).eval()
+    ref.save_pretrained(tmp_path)
+    ours = hf_xfmr.from_transformers(tmp_path)
+    assert type(ours).__name__ == "XfmrGPTForCausalLM"
+    ids, mask = padded_batch()
+    assert_close(ours(input_ids=ids, attention_mask=mask).logits, ref(input_ids=ids, attention_mask=mask).logits,
+                 atol=ATOL, rtol=RTOL)
+    classifier = hf_xfmr.from_transformers(str(tmp_path), task="sequence-classification")
+    assert type(classifier).__name__ == "XfmrGPTForSequenceClassification"
+    assert torch.equal(classifier.model.embeddings.word_embeddings.weight, ref.transformer.wte.weight)
+    with pytest.raises(ValueError, match="cross-attention"):
+        hf_xfmr.from_transformers(transformers.GPT2Model(tiny_gpt2_config(add_cross_attention=True)))
+    assert VOCAB == ours.config.vocab_size
