@@ -21,18 +21,24 @@ from transformers import PretrainedConfig, PreTrainedModel
 TASK_CONFIG_FIELDS = ("id2label", "label2id", "problem_type")
 
 
+_PLACEHOLDER = re.compile(r"\\\{([a-z])\\\}")  # `{i}` as it reads after re.escape
+
+
 def _rule_regex(template: str) -> re.Pattern:
-    """'layers.{i}.attn.' -> a regex matching that prefix and capturing the layer index."""
-    return re.compile("^" + re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)"))
+    """'groups.{i}.layers.{j}.attn.' -> a regex matching that prefix and capturing each index by name."""
+    return re.compile("^" + _PLACEHOLDER.sub(r"(?P<\1>\\d+)", re.escape(template)))
 
 
 @dataclass(frozen=True)
 class Conversion:
     """How one transformers architecture maps onto ours.
 
-    Rules are (our key prefix, transformers key prefix) pairs; `{i}` stands for a layer index.
+    Rules are (our key prefix, transformers key prefix) pairs; `{i}` stands for a layer index, and
+    further single-letter placeholders (`{j}`, ...) for nested indices (ALBERT's groups of layers).
     `body_rules` rename keys of the base model (relative to it); `head_rules` rename head keys of the
-    full model. `aliases` lists transformers keys that are tied copies of another transformers key
+    full model; `task_head_rules` ({task: rules}) are tried first for that task, for heads whose
+    transformers names clash with another task's (DistilBERT's `classifier` is the last layer of a
+    two-layer head in sequence classification, the only layer in token classification). `aliases` lists transformers keys that are tied copies of another transformers key
     (e.g. BERT's `cls.predictions.bias` is `cls.predictions.decoder.bias`).
     """
 
@@ -43,6 +49,7 @@ class Conversion:
     hf_base_prefix: str
     body_rules: tuple
     head_rules: tuple = ()
+    task_head_rules: dict = field(default_factory=dict)
     aliases: dict = field(default_factory=dict)
     check_hf_config: Callable | None = None  # raises for features we do not implement
     # Extra constructor arguments that mirror the source model (either side), e.g. whether a base model
@@ -79,8 +86,7 @@ class Conversion:
             src, dst = (ours, theirs) if to_hf else (theirs, ours)
             match = _rule_regex(src).match(key)
             if match:
-                prefix = dst.replace("{i}", match.group("i")) if "{i}" in dst else dst
-                return prefix + key[match.end():]
+                return dst.format(**match.groupdict()) + key[match.end():]
         return None
 
     def state_dict_to_transformers(self, state_dict: dict, task: str) -> dict:
@@ -92,7 +98,7 @@ class Conversion:
                 new = self._rename(key[len("model."):], self.body_rules, to_hf=True)
                 new = None if new is None else f"{self.hf_base_prefix}.{new}"
             else:
-                new = self._rename(key, self.head_rules, to_hf=True)
+                new = self._rename(key, self.task_head_rules.get(task, ()) + self.head_rules, to_hf=True)
             if new is None:
                 raise KeyError(f"No transformers name for parameter {key!r} ({self.hf_model_type}, task {task!r}).")
             out[new] = value
@@ -116,7 +122,7 @@ class Conversion:
                 new = self._rename(key[len(prefix):], self.body_rules, to_hf=False)
                 new = None if new is None else f"model.{new}"
             else:
-                new = self._rename(key, self.head_rules, to_hf=False)
+                new = self._rename(key, self.task_head_rules.get(task, ()) + self.head_rules, to_hf=False)
             if new is None:
                 raise KeyError(
                     f"Unexpected parameter {key!r} in a {self.hf_model_type} checkpoint (task {task!r}); hf_xfmr "
