@@ -158,7 +158,7 @@ def test_round_trip_is_exact(task):
 
 def test_two_layer_classifier_maps_onto_pre_classifier_and_classifier():
     ref, ours = build_pair("sequence-classification")
-    assert torch.equal(ours.classifier.pre_classifier.weight, ref.pre_classifier.weight)
+    assert torch.equal(ours.classifier.dense.weight, ref.pre_classifier.weight)
     assert torch.equal(ours.classifier.out_proj.weight, ref.classifier.weight)
     ref_tokens, ours_tokens = build_pair("token-classification")
     assert torch.equal(ours_tokens.classifier.weight, ref_tokens.classifier.weight)  # a plain linear there

@@ -38,7 +38,7 @@ HEAD_RULES = (
 # Sequence classification and multiple choice: transformers' `pre_classifier` and `classifier` are the two
 # layers of our one `classifier` module (in token classification `classifier` is a plain linear layer).
 _TWO_LAYER_CLASSIFIER = (
-    ("classifier.pre_classifier.", "pre_classifier."),
+    ("classifier.dense.", "pre_classifier."),
     ("classifier.out_proj.", "classifier."),
 )
 

@@ -6,9 +6,10 @@ https://arxiv.org/abs/1910.01108. Parity reference: transformers' `DistilBertMod
 
 The layer is BERT's post-LN block with two differences kept from the reference: the attention output
 gets no dropout before its residual add, and every LayerNorm uses eps 1e-12. There are no token type
-embeddings (sec. 2: "token-type embeddings and the pooler are removed"): passing `token_type_ids`
+embeddings (sec. 3: "the token-type embeddings and the pooler are removed"): passing `token_type_ids`
 is an error. Sequence classification reads the [CLS] state through pre_classifier -> ReLU -> dropout
--> classifier (one `classifier` module here, so PEFT's default `modules_to_save` covers it).
+-> classifier (one `classifier` module here, its layers named `dense` and `out_proj`, so PEFT's default
+`modules_to_save` covers it).
 
 Deliberate deviations from the reference (outputs are unchanged):
 - with `config.sparse_prediction` in training mode with labels, the MLM head projects only labelled
@@ -226,17 +227,17 @@ class XfmrDistilBertLMHead(nn.Module):
 
 
 class XfmrDistilBertClassificationHead(nn.Module):
-    """[CLS] state -> pre_classifier -> ReLU -> dropout -> out_proj (transformers' `pre_classifier` and
+    """[CLS] state -> dense -> ReLU -> dropout -> out_proj (transformers' `pre_classifier` and
     `classifier`)."""
 
     def __init__(self, config, num_outputs: int):
         super().__init__()
-        self.pre_classifier = nn.Linear(config.dim, config.dim)
+        self.dense = nn.Linear(config.dim, config.dim)
         self.dropout = Dropout(config.seq_classif_dropout)
         self.out_proj = nn.Linear(config.dim, num_outputs)
 
     def forward(self, pooled):
-        return self.out_proj(self.dropout(torch.relu(self.pre_classifier(pooled))))  # (B, num_outputs)
+        return self.out_proj(self.dropout(torch.relu(self.dense(pooled))))  # (B, num_outputs)
 
 
 # -- task heads (shared machinery in models/heads.py; DistilBERT states its backbone and pooling) ----
@@ -247,7 +248,7 @@ class XfmrDistilBertForMaskedLM(MaskedLMHead, XfmrDistilBertPreTrainedModel):
 
 
 class XfmrDistilBertForSequenceClassification(SequenceClassificationHead, XfmrDistilBertPreTrainedModel):
-    """[CLS] -> pre_classifier -> ReLU -> dropout (`seq_classif_dropout`) -> linear. Regression when `num_labels == 1`."""
+    """[CLS] -> dense -> ReLU -> dropout (`seq_classif_dropout`) -> linear. Regression when `num_labels == 1`."""
 
     base_model_class = XfmrDistilBertModel
     pooling = "first"
