@@ -519,7 +519,6 @@ def distill(args: DistillArguments) -> DistillResult:
         lr=args.learning_rate, eps=args.adam_epsilon, betas=(0.9, 0.98),
     )
     scheduler = get_linear_schedule_with_warmup(optimizer, round(args.warmup_ratio * args.max_steps), args.max_steps)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
 
     result = DistillResult(student=student, tokenizer=tokenizer)
     if eval_batches:
@@ -532,7 +531,7 @@ def distill(args: DistillArguments) -> DistillResult:
         totals = dict(loss=0.0, ce=0.0, mlm=0.0, cos=0.0)
         for _ in range(args.gradient_accumulation_steps):
             batch = _to(next(batches), device)
-            with autocast:
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
                 with torch.no_grad():
                     t_logits, t_hidden = _forward(teacher, batch)
                 s_logits, s_hidden = _forward(student, batch)
