@@ -92,7 +92,7 @@ def _teacher_layer_count(teacher) -> int:
 
 
 def _student_config(teacher, student, num_layers):
-    """(student config, its number of layers) from the `student` argument of `init_student_from_teacher`."""
+    """The student config from the `student` argument of `init_student_from_teacher`."""
     teacher_config = teacher.config
     model_type = teacher_config.model_type
     if student is None:  # the recipe's student: DistilBERT for a BERT teacher, else the teacher's architecture
@@ -137,7 +137,7 @@ def _check_student_fits(student_type, teacher_type):
         raise ValueError(
             f"A {student_type} student cannot start from a {teacher_type} teacher's weights"
             + (f" (it fits {', '.join(teachers)} teachers)" if teachers else "")
-            + "; use a student of the teacher's own architecture (`student='same'`, the default for this teacher)."
+            + "; use a student of the teacher's own architecture (`student='same'`)."
         )
 
 
