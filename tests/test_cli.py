@@ -96,6 +96,11 @@ def test_convert_task_base(bert_checkpoint, tmp_path, capsys):
     src, reference = bert_checkpoint
     status, out, err = run(["convert", str(src), str(tmp_path / "enc"), "--task", "base"], capsys)
     assert status == 0, err
+    # An MLM checkpoint has no pooler: the one written is random, and the command says so.
+    (warning,) = [line for line in err.splitlines() if "warning:" in line]
+    assert warning.startswith("hf-xfmr convert: warning:")
+    assert "randomly initialised" in warning and "pooler.dense.weight" in warning and "pooler_output" in warning
+    assert "LOAD REPORT" not in err  # transformers' own table is replaced by that one line
     config = json.loads((tmp_path / "enc" / "config.json").read_text())
     assert config["architectures"] == ["XfmrBertModel"]
     encoder = transformers.AutoModel.from_pretrained(tmp_path / "enc").eval()
@@ -104,6 +109,27 @@ def test_convert_task_base(bert_checkpoint, tmp_path, capsys):
         torch.testing.assert_close(
             encoder(**batch).last_hidden_state, reference.bert(**batch).last_hidden_state, atol=1e-6, rtol=0
         )
+
+
+def test_convert_task_base_with_a_pooler_is_silent(tmp_path, capsys):
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=37, max_position_embeddings=64)
+    transformers.BertModel(config).save_pretrained(tmp_path / "base")
+    status, _, err = run(["convert", str(tmp_path / "base"), str(tmp_path / "out"), "--task", "base"], capsys)
+    assert status == 0, err
+    assert "warning" not in err
+
+
+def test_convert_task_choices_come_from_the_registry(capsys):
+    from hf_xfmr.models import supported_tasks
+
+    parser = cli.build_parser()
+    convert = parser._subparsers._group_actions[0].choices["convert"]
+    (task,) = [a for a in convert._actions if a.dest == "task"]
+    assert list(task.choices) == supported_tasks()
+    status, _, err = run(["convert", "a", "b", "--task", "no-such-task"], capsys)
+    assert status == 2 and "invalid choice" in err
 
 
 def _write_config(path, **config):
@@ -123,6 +149,14 @@ def _write_config(path, **config):
         ("unsupported-type", "cannot convert"),
         ("already-xfmr", "already an hf_xfmr checkpoint"),
         ("out-not-empty", "is not empty; pass --overwrite"),
+        ("out-is-file", "OUT {out} is an existing file, not a folder"),
+        ("out-is-file-overwrite", "OUT {out} is an existing file, not a folder"),
+        ("out-under-file", "cannot create OUT {out}: {file} is a file"),
+        ("truncated-weights", "model.safetensors is not a valid safetensors file"),
+        ("empty-weights", "model.safetensors is not a valid safetensors file (0 bytes"),
+        ("no-weights", "has no model.safetensors: hf_xfmr reads safetensors weights only"),
+        ("config-does-not-match", "do not match the sizes in its config.json"),
+        ("config-vocab-does-not-match", "(99, 32) in the weights, (120, 32) from config.json"),
     ],
 )
 def test_convert_errors(case, message, bert_checkpoint, tmp_path, capsys):
@@ -152,10 +186,69 @@ def test_convert_errors(case, message, bert_checkpoint, tmp_path, capsys):
     elif case == "out-not-empty":
         out.mkdir()
         (out / "keep.txt").write_text("x")
+    elif case.startswith("out-is-file"):
+        out = tmp_path / "out.txt"
+        out.write_text("x")
+        extra = ["--overwrite"] if case.endswith("overwrite") else []
+    elif case == "out-under-file":
+        (tmp_path / "file").write_text("x")
+        out = tmp_path / "file" / "out"
+    elif case.endswith("-weights"):
+        src = _copy_checkpoint(src, tmp_path / case)
+        weights = src / "model.safetensors"
+        if case == "no-weights":
+            weights.unlink()
+        else:
+            data = weights.read_bytes()
+            weights.write_bytes(data[: len(data) // 2] if case == "truncated-weights" else b"")
+    elif case.startswith("config-"):
+        src = _copy_checkpoint(src, tmp_path / case)
+        config = json.loads((src / "config.json").read_text())
+        if case == "config-does-not-match":
+            config.update(hidden_size=64, num_attention_heads=4)
+        else:
+            config.update(vocab_size=120)
+        (src / "config.json").write_text(json.dumps(config))
     status, _, err = run(["convert", str(src), str(out), *extra], capsys)
-    assert status == 2
-    assert "hf-xfmr convert: error:" in err and message in err
-    assert "Traceback" not in err
+    assert status == 2, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("hf-xfmr convert: error:") and message.format(out=out, file=tmp_path / "file") in last
+    assert "Traceback" not in err and "usage:" not in err
+    assert not out.is_dir() or case == "out-not-empty"
+
+
+def _copy_checkpoint(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_debug_shows_the_traceback(tmp_path, capsys):
+    for argv in (["--debug", "convert", str(tmp_path / "missing"), str(tmp_path / "out")],
+                 ["convert", str(tmp_path / "missing"), str(tmp_path / "out"), "--debug"]):
+        status, _, err = run(argv, capsys)
+        assert status == 2
+        assert "Traceback (most recent call last)" in err and "CommandError" in err
+        assert err.strip().splitlines()[-1].startswith("hf-xfmr convert: error:")
+
+
+def test_unexpected_errors_are_one_line_unless_debug(monkeypatch, capsys):
+    def _add_boom(subparsers):
+        cli._add_parser(subparsers, "boom", help="fail", description="Fail.", func=_run_boom)
+
+    def _run_boom(args):
+        raise RuntimeError("something broke")
+
+    monkeypatch.setattr(cli, "COMMANDS", (*cli.COMMANDS, _add_boom))
+    status, _, err = run(["boom"], capsys)
+    assert status == 1
+    assert err.strip().splitlines() == [
+        "hf-xfmr boom: error: unexpected RuntimeError: something broke (this is a bug in hf-xfmr; rerun with "
+        "--debug for the traceback and report it)"
+    ]
+    with pytest.raises(RuntimeError, match="something broke"):
+        cli.main(["boom", "--debug"])
 
 
 def test_convert_error_from_the_console(tmp_path):

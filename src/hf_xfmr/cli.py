@@ -3,18 +3,23 @@
 Each subcommand is one `_add_<name>(subparsers)` function that declares its arguments and sets
 `func` (what runs it); `COMMANDS` lists them. Adding a command = one function + one line in `COMMANDS`.
 
-A command reports bad input by raising `CommandError`; `main` prints it argparse-style
-(`hf-xfmr <command>: error: ...`) and exits with status 2, without a traceback.
+A command reports an expected failure (bad arguments, a missing or broken input file, ...) by raising
+`CommandError`; `main` prints it as one line, `hf-xfmr <command>: error: ...`, and exits with status 2.
+Any other exception is a bug: one line naming it, exit status 1. `--debug` (before or after the
+command name) shows the traceback in both cases.
 """
 
 import argparse
 import json
 import shutil
 import sys
+import traceback
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 PROG = "hf-xfmr"
+DEBUG_HELP = "show the full traceback when the command fails"
 
 
 class CommandError(Exception):
@@ -30,6 +35,7 @@ def _add_parser(subparsers, name: str, *, help: str, description: str, epilog: s
         name, help=help, description=description, epilog=epilog, formatter_class=_HelpFormatter
     )
     parser.set_defaults(func=func, command_parser=parser)
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     return parser
 
 
@@ -63,10 +69,47 @@ def _read_config(src: Path) -> dict[str, Any]:
     try:
         config = json.loads(config_file.read_text())
     except json.JSONDecodeError as err:
-        raise CommandError(f"{config_file} is not valid JSON: {err}") from None
+        raise CommandError(f"{config_file} is not valid JSON: {err}") from err
     if not isinstance(config, dict) or not config.get("model_type"):
         raise CommandError(f"{config_file} has no model_type")
     return config
+
+
+def _check_out(src: Path, out: Path, overwrite: bool) -> None:
+    if out.resolve() == src.resolve():
+        raise CommandError("OUT must differ from SRC")
+    if out.exists() and not out.is_dir():
+        raise CommandError(f"OUT {out} is an existing file, not a folder; pass the path of a new or empty folder")
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise CommandError(f"{out} exists and is not empty; pass --overwrite to write into it")
+    parent = next((p for p in out.resolve().parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise CommandError(f"cannot create OUT {out}: {parent} is a file, not a folder")
+
+
+def _convert_quietly(convert: Callable[[], Any], debug: bool) -> tuple[Any, list[str]]:
+    """Run `convert` with transformers' own load reports muted (unless --debug); return its result and
+    the messages of the `ConversionWarning`s it raised (other warnings are shown as usual)."""
+    import transformers
+
+    from hf_xfmr.models.conversion import ConversionWarning
+
+    verbosity = transformers.logging.get_verbosity()
+    if not debug:
+        transformers.logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = convert()
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    notes = []
+    for w in caught:
+        if issubclass(w.category, ConversionWarning):
+            notes.append(str(w.message))
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return result, notes
 
 
 def _run_convert(args: argparse.Namespace) -> int:
@@ -89,26 +132,31 @@ def _run_convert(args: argparse.Namespace) -> int:
     if (direction == "xfmr") == is_ours:
         kind = "an hf_xfmr" if is_ours else "a transformers"
         raise CommandError(f"{src} is already {kind} checkpoint (model_type {model_type!r}); nothing to convert")
-    if out.resolve() == src.resolve():
-        raise CommandError("OUT must differ from SRC")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
-        raise CommandError(f"{out} exists and is not empty; pass --overwrite to write into it")
+    _check_out(src, out, args.overwrite)
+
+    def convert():
+        if direction == "xfmr":
+            return hf_xfmr.from_transformers(src, task=args.task)
+        return hf_xfmr.to_transformers(load_checkpoint(src, task=args.task))
 
     try:
-        if direction == "xfmr":
-            model = hf_xfmr.from_transformers(src, task=args.task)
-        else:
-            model = hf_xfmr.to_transformers(load_checkpoint(src, task=args.task))
+        model, notes = _convert_quietly(convert, getattr(args, "debug", False))
     except (ValueError, KeyError, TypeError, NotImplementedError, OSError) as err:
         # The converters raise these with a message meant for the user (unsupported architecture/head,
-        # missing weights): show it as a command error rather than a traceback.
-        raise CommandError(f"cannot convert {src}: {err}") from None
+        # missing, truncated or mis-sized weights): show it as a command error rather than a traceback.
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        raise CommandError(f"cannot convert {src}: {message}") from err
+    for note in notes:
+        print(f"{PROG} convert: warning: {note}", file=sys.stderr)
 
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    copied = [name for name in TOKENIZER_FILES if (src / name).is_file()]
-    for name in copied:
-        shutil.copy2(src / name, out / name)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(out)
+        copied = [name for name in TOKENIZER_FILES if (src / name).is_file()]
+        for name in copied:
+            shutil.copy2(src / name, out / name)
+    except OSError as err:
+        raise CommandError(f"cannot write {out}: {err}") from err
     print(
         f"converted {type(model).__name__} ({model_type} -> {model.config.model_type}) to {out}"
         + (f"; copied {', '.join(copied)}" if copied else "")
@@ -295,6 +343,192 @@ def _add_bench(subparsers) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
+# hf-xfmr export / publish
+# ----------------------------------------------------------------------------------------------
+
+
+def _key_values(items: list[str] | None, option: str, number: bool) -> dict[str, Any]:
+    """["a=1", "b=x"] -> {"a": 1, "b": "x"} (numbers required when `number`)."""
+    result: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise CommandError(f"{option} takes NAME=VALUE, got {item!r}")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        if number and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise CommandError(f"{option} {key}: the value must be a number, got {raw!r}")
+        result[key] = value
+    return result
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    import hf_xfmr
+    from hf_xfmr.hub import ExportError, export
+    from hf_xfmr.models.conversion import load_checkpoint
+
+    src, out = Path(args.checkpoint), Path(args.folder)
+    metrics = _key_values(args.metric, "--metric", number=True) or None
+    training = _key_values(args.training, "--training", number=False) or None
+    config = _read_config(src)
+    try:
+        model = load_checkpoint(src, task=args.task)
+        if not config["model_type"].startswith("xfmr-"):
+            model = hf_xfmr.from_transformers(model)
+    except (ValueError, KeyError, TypeError, NotImplementedError, OSError) as err:
+        raise CommandError(f"cannot load {src}: {err}") from None
+    model.eval()
+
+    tokenizer_path = Path(args.tokenizer) if args.tokenizer else src
+    tokenizer = None
+    if args.tokenizer or any((src / name).is_file() for name in TOKENIZER_FILES):
+        from transformers import AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+        except (OSError, ValueError) as err:
+            raise CommandError(f"cannot load the tokenizer from {tokenizer_path}: {err}") from None
+    else:
+        print(f"warning: no tokenizer files in {src} and no --tokenizer: exporting without a tokenizer",
+              file=sys.stderr)
+
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="exporting without a tokenizer")  # said above already
+            folder = export(
+                model, tokenizer, out, repo_id=args.repo_id,
+                title=args.title, description=args.description, license=args.license, language=args.language,
+                datasets=args.dataset or (), base_model=args.base_model, tags=args.tag or (),
+                metrics=metrics, eval_dataset=args.eval_dataset, eval_dataset_config=args.eval_dataset_config,
+                eval_split=args.eval_split, training=training,
+                training_logs=args.training_log, max_shard_size=args.max_shard_size, overwrite=args.overwrite,
+            )
+    except ExportError as err:
+        raise CommandError(str(err)) from None
+    files = sorted(p.name for p in folder.iterdir())
+    print(f"exported {type(model).__name__} ({model.config.model_type}) to {folder}: {', '.join(files)}")
+    return 0
+
+
+def _add_export(subparsers) -> None:
+    import hf_xfmr  # noqa: F401  (registers the architectures, hence their tasks)
+    from hf_xfmr.models import supported_tasks
+
+    parser = _add_parser(
+        subparsers,
+        "export",
+        help="write a self-contained, Hub-ready folder (weights, generated code, tokenizer, model card)",
+        description=(
+            "Export a checkpoint folder as a flat folder that loads with\n"
+            "  AutoModel...from_pretrained(FOLDER_OR_REPO, trust_remote_code=True)\n"
+            "even where hf_xfmr is not installed: config.json with an auto_map for every Auto class,\n"
+            "model.safetensors (sharded with an index when large), generated configuration_<type>.py and\n"
+            "modeling_<type>.py, the tokenizer files, generation_config.json for generative models, and a\n"
+            "README.md model card (with the loss curves of --training-log files as loss_curve.png).\n"
+            "CHECKPOINT may be an hf_xfmr checkpoint or a transformers one (converted on the way)."
+        ),
+        epilog=(
+            "examples:\n"
+            "  hf-xfmr export ./runs/bert-mlm ./export/bert-mlm --training-log ./runs/bert-mlm/log.jsonl\n"
+            "  hf-xfmr export ./runs/sst2 ./export/sst2 --dataset glue --metric accuracy=0.91 \\\n"
+            "      --eval-dataset glue --eval-dataset-config sst2 --eval-split validation\n"
+            "  hf-xfmr export ./bert-base-uncased ./export/bert-base --task masked-lm"
+        ),
+        func=_run_export,
+    )
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint folder (config.json + safetensors)")
+    parser.add_argument("folder", metavar="FOLDER",
+                        help="output folder (new or empty, or a previous export with --overwrite)")
+    parser.add_argument("--task", choices=supported_tasks(), default=None,
+                        help="head to export; default: CHECKPOINT's own (config.json 'architectures')")
+    parser.add_argument("--tokenizer", metavar="PATH", default=None,
+                        help="tokenizer folder; default: CHECKPOINT when it holds tokenizer files")
+    parser.add_argument("--repo-id", metavar="OWNER/NAME", default=None,
+                        help="the Hub repo it will be published to (used in the card's code samples; "
+                             "publish fills it in otherwise)")
+    parser.add_argument("--title", default=None, help="model card title (default: FOLDER's name)")
+    parser.add_argument("--description", default=None, help="model card opening paragraph")
+    parser.add_argument("--license", default="apache-2.0",
+                        help="license id for the card metadata (default: apache-2.0)")
+    parser.add_argument("--language", nargs="+", default=None, metavar="LANG", help="language codes, e.g. en")
+    parser.add_argument("--dataset", action="append", metavar="ID", help="training dataset Hub id (repeatable)")
+    parser.add_argument("--base-model", metavar="ID", default=None,
+                        help="Hub id of the model this one was finetuned from")
+    parser.add_argument("--tag", action="append", metavar="TAG", help="extra card tag (repeatable)")
+    parser.add_argument("--metric", action="append", metavar="NAME=VALUE",
+                        help="evaluation result for the card's model-index (repeatable; needs --eval-dataset)")
+    parser.add_argument("--eval-dataset", metavar="ID", default=None,
+                        help="Hub id of the dataset the metrics come from")
+    parser.add_argument("--eval-dataset-config", metavar="NAME", default=None, help="its configuration, e.g. sst2")
+    parser.add_argument("--eval-split", metavar="SPLIT", default=None, help="its split, e.g. validation")
+    parser.add_argument("--training", action="append", metavar="KEY=VALUE",
+                        help="training setting shown in the card, e.g. learning_rate=5e-4 (repeatable)")
+    parser.add_argument("--training-log", nargs="+", metavar="FILE", default=None,
+                        help="JSON-lines training logs (Trainer log_history records) to plot into loss_curve.png")
+    parser.add_argument("--max-shard-size", default="5GB", metavar="SIZE",
+                        help="largest weights file before sharding, e.g. 2GB (default: 5GB)")
+    parser.add_argument("--overwrite", action="store_true", help="replace FOLDER if it holds a previous export")
+
+
+def _run_publish(args: argparse.Namespace) -> int:
+    from hf_xfmr.hub import PublishError, publish
+
+    try:
+        commit = publish(
+            args.folder, args.repo_id, revision=args.revision, private=True if args.private else None,
+            create_pr=args.create_pr, commit_message=args.commit_message, max_retries=args.max_retries,
+            delete_stale=not args.keep_stale,
+        )
+    except PublishError as err:
+        raise CommandError(str(err)) from None
+    where = f"{args.repo_id}@{args.revision or 'main'}"
+    if commit.pr_url:
+        print(f"opened a pull request on {where}: {commit.pr_url}")
+    else:
+        print(f"published {args.folder} to {where}: {commit.commit_url}")
+    return 0
+
+
+def _add_publish(subparsers) -> None:
+    parser = _add_parser(
+        subparsers,
+        "publish",
+        help="upload an exported folder to the Hugging Face Hub in one commit",
+        description=(
+            "Upload FOLDER (written by `hf-xfmr export`) to the Hub repository --repo-id, creating it if needed,\n"
+            "in ONE commit: large files go up first (Xet, or LFS with HF_HUB_DISABLE_XET=1), and the commit is\n"
+            "made only when all of them arrived. Unchanged files are not uploaded again; files of an earlier\n"
+            "publish that FOLDER no longer has are deleted in the same commit. Transient failures are retried.\n"
+            "The token comes from HF_TOKEN or `hf auth login` (never printed); HF_ENDPOINT picks the Hub."
+        ),
+        epilog=(
+            "examples:\n"
+            "  hf-xfmr publish ./export/bert-mlm --repo-id alice/tiny-bert\n"
+            "  hf-xfmr publish ./export/sst2 --repo-id my-org/bert-sst2 --private\n"
+            "  hf-xfmr publish ./export/sst2 --repo-id my-org/bert-sst2 --revision v2 --create-pr"
+        ),
+        func=_run_publish,
+    )
+    parser.add_argument("folder", metavar="FOLDER", help="exported folder (hf-xfmr export)")
+    parser.add_argument("--repo-id", required=True, metavar="OWNER/NAME", help="Hub repository, e.g. alice/tiny-bert")
+    parser.add_argument("--revision", default=None, metavar="BRANCH",
+                        help="branch to commit to, created from main if missing (default: main)")
+    parser.add_argument("--private", action="store_true", help="create the repository as private (if it is new)")
+    parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing directly")
+    parser.add_argument("--commit-message", default=None,
+                        help="commit message (default: 'Upload <class> with hf_xfmr')")
+    parser.add_argument("--keep-stale", action="store_true",
+                        help="keep repository files that FOLDER does not have (default: delete them in the commit)")
+    parser.add_argument("--max-retries", type=int, default=3, metavar="N",
+                        help="retries of transient failures: timeouts, connection errors, HTTP 408/429/5xx "
+                             "(default: 3)")
+
+
+# ----------------------------------------------------------------------------------------------
 # hf-xfmr distill
 # ----------------------------------------------------------------------------------------------
 
@@ -407,6 +641,8 @@ def _add_distill(subparsers) -> None:
 COMMANDS: tuple[Callable[[Any], None], ...] = (
     _add_convert,
     _add_bench,
+    _add_export,
+    _add_publish,
     _add_distill,
 )
 
@@ -417,23 +653,48 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="hf_xfmr: classic and modern transformer architectures as a Hugging Face plugin.",
+        epilog=(
+            f"A failing command prints one line, '{PROG} <command>: error: <what is wrong>', and exits with\n"
+            "status 2 (1 for an internal error); --debug shows the traceback."
+        ),
         formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add_command in COMMANDS:
         add_command(subparsers)
     return parser
 
 
+def _fail(args: argparse.Namespace, message: str, status: int) -> int:
+    print(f"{args.command_parser.prog}: error: {message}", file=sys.stderr)
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run `hf-xfmr`; returns the exit status (argparse errors raise SystemExit(2))."""
+    """Run `hf-xfmr`; returns the exit status: 0 on success, 2 for bad input (a `CommandError`, or
+    argparse's own errors, which raise SystemExit(2)), 1 for an unexpected exception (a bug)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    debug = getattr(args, "debug", False)
     try:
         return args.func(args)
     except CommandError as err:
-        args.command_parser.error(str(err))  # prints usage + "hf-xfmr <command>: error: ..." and exits 2
+        if debug:
+            traceback.print_exc()
+        return _fail(args, str(err), 2)
+    except KeyboardInterrupt:
+        return _fail(args, "interrupted", 130)
+    except Exception as err:
+        if debug:
+            raise
+        return _fail(
+            args,
+            f"unexpected {type(err).__name__}: {err} (this is a bug in hf-xfmr; rerun with --debug for the "
+            "traceback and report it)",
+            1,
+        )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Embedded corpus, load_corpus over datasets sources, and tokenizer training."""
 
 import json
+import warnings
 
 import pytest
 
@@ -90,3 +91,23 @@ def test_tokenizer_errors_and_cli(corpus, tmp_path):
     (tmp_path / "t.txt").write_text("\n".join(" ".join(d) for d in corpus[:20]))
     main(["--kind", "bert", "--corpus", str(tmp_path / "t.txt"), "--vocab-size", "300", "--out", str(tmp_path / "tok")])
     assert (tmp_path / "tok" / "tokenizer.json").exists()
+
+
+@pytest.mark.parametrize("corpus_arg", ["One text. Another sentence.", b"bytes text"])
+def test_a_single_string_is_not_a_corpus(corpus_arg):
+    with pytest.raises(ValueError, match="is a single (str|bytes) .* not a collection of texts"):
+        train_tokenizer("bert", corpus_arg, vocab_size=300)
+    with pytest.raises(ValueError, match="single characters"):
+        list(iter_texts(corpus_arg))
+
+
+@pytest.mark.parametrize("kind", ["bert", "gpt"])
+def test_a_vocabulary_smaller_than_asked_is_reported(corpus, kind):
+    with pytest.warns(UserWarning, match=r"asked for vocab_size=5000 but .* found only (\d+) tokens") as record:
+        tok = train_tokenizer(kind, corpus[:5], vocab_size=5000)
+    (message,) = [str(w.message) for w in record if "vocab_size" in str(w.message)]
+    assert f"so the tokenizer has {len(tok)}." in message and len(tok) < 5000
+    with warnings.catch_warnings():  # a size the corpus supports: no warning
+        warnings.simplefilter("error")
+        # (WordPiece counts vary by a few tokens from run to run, see train_tokenizer: stay well below)
+        assert len(train_tokenizer(kind, corpus[:5], vocab_size=len(tok) // 2)) == len(tok) // 2

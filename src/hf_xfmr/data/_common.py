@@ -58,22 +58,48 @@ def intra_op_threads(n: int | None):
 
 
 class SeededMixin:
-    """Resolves the random generator of a collator.
+    """Resolves the random generator of a collator, in the main process and in DataLoader workers.
 
-    `generator` wins if given. Otherwise `seed` creates a private generator on first use, offset by
-    the DataLoader worker id inside worker processes (so workers draw different masks). With
-    neither, torch's global RNG is used (`torch.manual_seed` then reproduces batches).
+    - `seed` (or `generator`) in the main process (`num_workers=0`): one private stream, continued
+      from batch to batch and epoch to epoch; a given `generator` is used as is.
+    - Inside a DataLoader worker the collator is a copy, and non-persistent workers (Trainer's
+      default) are new copies every epoch: continuing the copied stream would repeat the previous
+      epoch's masks in every worker. So each worker derives its own stream from the collator's seed
+      (or the given generator's state) and torch's worker seed, `get_worker_info().seed`, which
+      differs per worker and per epoch and comes from the DataLoader's `generator` (or the global
+      RNG): the same collator seed and the same DataLoader seed reproduce the same batches.
+      Persistent workers keep their stream across epochs.
+    - With neither `seed` nor `generator`, torch's global RNG is used (`torch.manual_seed` reproduces
+      batches; torch seeds it per worker from the worker seed).
+
+    Collators that draw random numbers call `self._rng()` once per batch and pass the result to
+    every `torch.rand*` call.
     """
 
     seed: int | None
     generator: torch.Generator | None
 
     def _rng(self) -> torch.Generator | None:
-        if self.generator is None and self.seed is not None:
-            info = torch.utils.data.get_worker_info()
-            offset = info.id if info is not None else 0
-            self.generator = torch.Generator().manual_seed(int(self.seed) + offset)
-        return self.generator
+        if self.seed is None and self.generator is None:
+            return None
+        info = torch.utils.data.get_worker_info()
+        stream = None if info is None else int(info.seed)  # which worker copy, which epoch
+        if getattr(self, "_stream", "unset") != stream or getattr(self, "_private_rng", None) is None:
+            self._private_rng = self._new_stream(stream)
+            self._stream = stream
+        return self._private_rng
+
+    def _new_stream(self, worker_seed: int | None) -> torch.Generator:
+        if worker_seed is None:  # main process
+            if self.generator is not None:
+                return self.generator
+            return torch.Generator().manual_seed(int(self.seed))
+        if self.generator is not None:  # its state as copied into this worker
+            base = np.frombuffer(self.generator.get_state().numpy().tobytes(), dtype=np.uint32).tolist()
+        else:
+            base = [int(self.seed) & 0xFFFFFFFFFFFFFFFF]
+        state = np.random.SeedSequence([*base, worker_seed & 0xFFFFFFFFFFFFFFFF]).generate_state(1, np.uint64)[0]
+        return torch.Generator().manual_seed(int(state) >> 1)  # (63 bits: manual_seed takes a signed int64)
 
 
 def _as_list(x) -> list:
@@ -189,17 +215,75 @@ def pad_ragged(
 
 
 def read_features(examples: Sequence[Any]) -> dict[str, list]:
-    """Turn a list of examples (dicts / BatchEncodings, or bare id sequences) into columns."""
+    """Turn a list of examples (dicts / BatchEncodings, or bare id sequences) into columns.
+
+    Every example of a batch must be of the same kind (all dicts, or all id sequences) and dicts must
+    all have the same keys; every `input_ids` row needs at least one token. Anything else raises a
+    ValueError naming the example, rather than a KeyError, a silently dropped column or a (B, 0) batch.
+    """
     if len(examples) == 0:
         raise ValueError("Cannot collate an empty batch: the DataLoader passed no examples.")
     if isinstance(examples[0], Mapping):
-        if "input_ids" not in examples[0]:
+        keys = set(examples[0].keys())
+        for i, ex in enumerate(examples):
+            if not isinstance(ex, Mapping):
+                raise _mixed_kinds(i, ex, 0)
+            if i and keys != set(ex.keys()):
+                raise _different_keys(i, set(ex.keys()), keys)
+        if "input_ids" not in keys:
             raise ValueError(
-                f"Examples need an 'input_ids' field; got keys {sorted(examples[0].keys())}. "
+                f"Examples need an 'input_ids' field; got keys {sorted(keys)}. "
                 "Tokenize the dataset first (dataset.map(lambda b: tokenizer(b['text']), batched=True))."
             )
-        return {k: [ex[k] for ex in examples] for k in examples[0].keys()}
-    return {"input_ids": list(examples)}
+        columns = {k: [ex[k] for ex in examples] for k in examples[0].keys()}
+    else:
+        columns = {"input_ids": list(examples)}
+        for i, ex in enumerate(columns["input_ids"]):
+            if isinstance(ex, Mapping):
+                raise _mixed_kinds(i, ex, 0, first_is_dict=False)
+    _check_id_rows(columns["input_ids"])
+    return columns
+
+
+def _mixed_kinds(i: int, ex, first: int, first_is_dict: bool = True) -> ValueError:
+    kinds = ("a dict", f"a {type(ex).__name__}") if first_is_dict else ("an id sequence", "a dict")
+    return ValueError(
+        f"The batch mixes dicts and bare id sequences: example {first} is {kinds[0]}, example {i} is {kinds[1]}. "
+        "Give every example the same form (e.g. all {'input_ids': [...], ...})."
+    )
+
+
+def _different_keys(i: int, got: set, expected: set) -> ValueError:
+    parts = []
+    if expected - got:
+        parts.append(f"missing {sorted(expected - got)}")
+    if got - expected:
+        parts.append(f"extra {sorted(got - expected)}")
+    return ValueError(
+        f"Example {i} has keys {sorted(got)} but example 0 has {sorted(expected)}: {', '.join(parts)}. Every "
+        "example of a batch needs the same fields: tokenize them all the same way, or drop the column "
+        "(dataset.remove_columns([...]))."
+    )
+
+
+def _check_id_rows(rows: list) -> None:
+    """Each row must be a non-empty 1-D sequence of ids (list, tuple, numpy array or tensor)."""
+    empty = []
+    for i, row in enumerate(rows):
+        scalar = getattr(row, "ndim", 1) == 0
+        if isinstance(row, (str, bytes)) or scalar or not hasattr(row, "__len__"):
+            what = f"a 0-dimensional {type(row).__name__}" if scalar else type(row).__name__
+            raise ValueError(
+                f"input_ids of example {i} is not a sequence of token ids (got {what}: {str(row)[:40]!r}). Pass a "
+                "batch (a list) of examples, each a list of ids or a dict with 'input_ids'; tokenize text first."
+            )
+        if len(row) == 0:
+            empty.append(i)
+    if empty:
+        raise ValueError(
+            f"Example(s) {empty} have no tokens (empty input_ids): nothing to train on. Filter out empty texts "
+            "before batching, e.g. dataset.filter(lambda ex: len(ex['input_ids']) > 0)."
+        )
 
 
 def collate_extra(columns: dict[str, list], handled: set[str], real: torch.Tensor, left: bool) -> dict:

@@ -141,7 +141,16 @@ def load_corpus(source=None, *, split: str = "train", text_column: str = "text",
 
 
 def iter_texts(corpus, batch_size: int = 1000) -> Iterator[list[str]]:
-    """Yield batches of strings from a list of documents, a `datasets` corpus, or an iterable of strings."""
+    """Yield batches of strings from a list of documents, a `datasets` corpus, or an iterable of strings.
+
+    A single string is rejected: iterating it would yield one character per "document".
+    """
+    if isinstance(corpus, (str, bytes)):
+        raise ValueError(
+            f"The corpus is a single {type(corpus).__name__} ({corpus[:40]!r}), not a collection of texts: "
+            "iterating it would train on single characters. Pass a list of texts (e.g. [text] or text.split('\\n\\n')), "
+            "or load a file or dataset with hf_xfmr.data.load_corpus(path)."
+        )
     try:
         import datasets
 

@@ -121,6 +121,20 @@ def sample_units(
     return chosen[unit_of_token.clamp(min=0)].reshape(B, L)
 
 
+def pick_one_unit(starts: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """(B, L) bool selecting the tokens of one unit (word/token) drawn uniformly; all False if there is none.
+
+    starts: (B, L) bool, True at the first token of each unit; a unit runs to the next start (the
+    caller removes the special tokens it runs over).
+    """
+    unit_of_token = torch.cumsum(starts.reshape(-1), 0) - 1  # (B*L,) global unit index
+    num_units = int(unit_of_token[-1]) + 1 if unit_of_token.numel() else 0
+    if num_units <= 0:
+        return torch.zeros_like(starts)
+    k = torch.randint(num_units, (1,), generator=generator)
+    return (unit_of_token == k).reshape(starts.shape)
+
+
 @dataclass
 class DataCollatorForMLM(SeededMixin):
     """Pads a batch and applies BERT-style masking.
@@ -145,6 +159,11 @@ class DataCollatorForMLM(SeededMixin):
     which are passed through. Bare id lists are accepted too.
 
     Returns input_ids, attention_mask, labels (B, L) [+ token_type_ids, position_ids, ...].
+
+    Every batch with at least one maskable token has at least one target: when the random selection
+    picks nothing (likely for a few short rows), one random unit is selected instead, so the loss is
+    always defined. A batch made only of special and pad tokens has all labels -100; hf_xfmr's models
+    give it a loss of 0 (transformers' give NaN). Empty examples raise a ValueError.
     """
 
     tokenizer: object
@@ -234,6 +253,8 @@ class DataCollatorForMLM(SeededMixin):
                 )
         starts = word_starts(special, word_ids, offsets)
         selected = sample_units(starts, self.mlm_probability, self.max_ngram, g) & ~special  # (B, L)
+        if not selected.any():  # a short batch can draw no target at all: predict one random unit instead
+            selected = pick_one_unit(starts, g) & ~special
         labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
         # One uniform draw splits the selection into mask / random / keep.
         u = torch.rand(input_ids.shape, generator=g)

@@ -18,6 +18,7 @@ Command line: `python -m hf_xfmr.data.tokenizers --kind xlnet --vocab-size 8000 
 
 import argparse
 import itertools
+import warnings
 
 from .corpus import default_corpus, iter_texts
 
@@ -84,6 +85,10 @@ def train_tokenizer(kind: str = "wordpiece", corpus=None, vocab_size: int = 8000
     style: which special tokens and template (see the module table); defaults from `kind`.
     lowercase: defaults to True for WordPiece (uncased BERT), False otherwise.
 
+    The result has `len(tokenizer)` tokens, special tokens included: `vocab_size` at most, fewer when
+    the corpus is too small to supply that many (a UserWarning then gives both numbers). Size the
+    model's embeddings with `len(tokenizer)`.
+
     Reproducibility: byte-level BPE training is deterministic, but `tokenizers` (0.23) trains WordPiece
     and Unigram vocabularies that can differ slightly from run to run on the same corpus (hash-map order
     breaks ties; upstream huggingface/tokenizers#1794). Train once and `save_pretrained` the tokenizer
@@ -129,6 +134,15 @@ def train_tokenizer(kind: str = "wordpiece", corpus=None, vocab_size: int = 8000
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(texts, trainer=trainer)
+    trained = tok.get_vocab_size(with_added_tokens=True)
+    if trained < vocab_size:
+        warnings.warn(
+            f"train_tokenizer: asked for vocab_size={vocab_size} but the {kind} trainer found only {trained} tokens "
+            f"in this corpus, so the tokenizer has {trained}. Size the model with len(tokenizer) = {trained}, or "
+            f"train on a larger corpus to reach {vocab_size}.",
+            UserWarning,
+            stacklevel=2,
+        )
 
     if style in _TEMPLATES:
         single, pair = _TEMPLATES[style]

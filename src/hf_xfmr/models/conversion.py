@@ -9,6 +9,7 @@ direction, and the public `from_transformers` / `to_transformers` entry points; 
 import dataclasses
 import json
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -183,10 +184,63 @@ def _attn_kwargs(config) -> dict:
     return {"attn_implementation": implementation} if implementation in ("eager", "sdpa") else {}
 
 
+class ConversionWarning(UserWarning):
+    """A conversion that works but whose result the user should know about (e.g. freshly initialised weights)."""
+
+
+def _check_weight_files(path: Path) -> None:
+    """Safetensors only; each file must at least have a complete header (catches truncated/empty files)."""
+    from safetensors import SafetensorError, safe_open
+
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(
+            f"{path} has no model.safetensors: hf_xfmr reads safetensors weights only (never pickled "
+            f"pytorch_model.bin files). Save the checkpoint again with `save_pretrained` (safetensors by default)."
+        )
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt"):
+                pass
+        except (SafetensorError, OSError) as err:
+            size = file.stat().st_size
+            raise ValueError(
+                f"{file} is not a valid safetensors file ({size} bytes; {err}): it is probably truncated or empty, "
+                f"e.g. an interrupted download or copy. Download or save the checkpoint again."
+            ) from err
+
+
+def _check_loading_info(path: Path, model: PreTrainedModel, task: str, info: dict) -> None:
+    mismatched = sorted(info.get("mismatched_keys") or ())
+    if mismatched:
+        shown = "; ".join(f"{key}: {tuple(saved)} in the weights, {tuple(expected)} from config.json"
+                          for key, saved, expected in mismatched[:3])
+        more = f" (and {len(mismatched) - 3} more)" if len(mismatched) > 3 else ""
+        raise ValueError(
+            f"The weights in {path} do not match the sizes in its config.json ({len(mismatched)} tensors): "
+            f"{shown}{more}. config.json does not describe these weights (compare hidden_size, num_attention_heads, "
+            f"intermediate_size, vocab_size, max_position_embeddings): use the config.json saved with them."
+        )
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        shown = ", ".join(missing[:6]) + (f" (and {len(missing) - 6} more)" if len(missing) > 6 else "")
+        warnings.warn(
+            f"{path} has no weights for {len(missing)} parameter(s) of the {type(model).__name__} built for task "
+            f"{task!r}, which are randomly initialised: {shown}. Outputs computed from them (e.g. a base "
+            f"model's pooler_output, a new head's logits) are random until the model is trained.",
+            ConversionWarning,
+            stacklevel=3,
+        )
+
+
 def load_checkpoint(path, task: str | None = None) -> PreTrainedModel:
     """Load a local checkpoint folder of either format: hf_xfmr (`xfmr-*` model type) or transformers.
 
     `task` picks the head; by default the folder's own (its config's `architectures`), else "base".
+    Weights are read from safetensors files only. A truncated or empty weights file, or weights whose
+    shapes do not match config.json, raise a ValueError; parameters the checkpoint lacks (a new head,
+    or the pooler when an MLM checkpoint is loaded as a base model) are randomly initialised, as
+    `from_pretrained` does, and named in a `ConversionWarning`.
     """
     path = Path(path)
     config_file = path / "config.json"
@@ -205,7 +259,12 @@ def load_checkpoint(path, task: str | None = None) -> PreTrainedModel:
     conversion.check_task(task)
     hf_name, our_class = conversion.tasks[task]
     model_class = our_class if ours else getattr(transformers, hf_name)
-    return model_class.from_pretrained(path)
+    _check_weight_files(path)
+    model, info = model_class.from_pretrained(
+        path, use_safetensors=True, ignore_mismatched_sizes=True, output_loading_info=True
+    )
+    _check_loading_info(path, model, task, info)
+    return model
 
 
 def from_transformers(src, *, task: str | None = None) -> PreTrainedModel:

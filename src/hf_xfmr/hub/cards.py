@@ -1,0 +1,237 @@
+"""Model cards: the README.md of an exported model, rendered from the templates in `model_cards/`.
+
+One template per task family (`TASK_FAMILIES`); the YAML metadata is built with huggingface_hub's
+`ModelCardData`/`EvalResult`, so the model-index follows the Hub's schema. Templates are found in the
+package (`hf_xfmr/hub/model_cards`, a link to the repository's top-level `model_cards/` in a checkout,
+a copy in an installed wheel) or, failing that, in the checkout's top-level `model_cards/`.
+"""
+
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .. import __version__
+
+# task -> (template name, Hub pipeline tag). Every task of models.registry.TASK_AUTO_CLASSES is here.
+TASK_FAMILIES = {
+    "base": ("feature-extraction", "feature-extraction"),
+    "encoder": ("feature-extraction", "feature-extraction"),
+    "pretraining": ("fill-mask", "fill-mask"),
+    "masked-lm": ("fill-mask", "fill-mask"),
+    "causal-lm": ("text-generation", "text-generation"),
+    "seq2seq-lm": ("text2text-generation", "text2text-generation"),
+    "sequence-classification": ("text-classification", "text-classification"),
+    "token-classification": ("token-classification", "token-classification"),
+    "question-answering": ("question-answering", "question-answering"),
+    "multiple-choice": ("multiple-choice", None),  # the Hub has no multiple-choice pipeline
+}
+REPO_ID_PLACEHOLDER = "<your-username>/<model-name>"
+LOSS_CURVE_FILE = "loss_curve.png"
+
+# Config fields shown in the card when the config has them (reference names differ per architecture).
+_SIZE_FIELDS = (
+    ("layers", ("num_hidden_layers", "n_layer", "num_layers")),
+    ("hidden size", ("hidden_size", "d_model", "n_embd")),
+    ("attention heads", ("num_attention_heads", "n_head", "num_heads")),
+    ("feed-forward size", ("intermediate_size", "d_inner", "d_ff", "n_inner")),
+    ("vocabulary", ("vocab_size",)),
+    ("max positions", ("max_position_embeddings", "n_positions")),
+)
+
+
+def templates_dir() -> Path:
+    """The folder holding the card templates (package data first, then the checkout's model_cards/)."""
+    here = Path(__file__).resolve().parent
+    candidates = [here / "model_cards", here.parents[2] / "model_cards"]
+    for candidate in candidates:
+        if (candidate / "fill-mask.md").is_file():
+            return candidate
+    raise FileNotFoundError(
+        "hf_xfmr's model card templates are missing (looked in " + ", ".join(map(str, candidates)) + "); "
+        "reinstall hf_xfmr"
+    )
+
+
+def template_for(task: str, can_generate: bool = False) -> tuple[str, str | None]:
+    """(template name, pipeline tag) of a task. A generative pretraining head reads as text generation."""
+    if task not in TASK_FAMILIES:
+        raise ValueError(f"no model card template for task {task!r}; known tasks: {', '.join(TASK_FAMILIES)}")
+    if task == "pretraining" and can_generate:
+        return TASK_FAMILIES["causal-lm"]
+    return TASK_FAMILIES[task]
+
+
+@dataclass
+class CardInfo:
+    """Everything a model card shows; `export` fills it from the model and its arguments."""
+
+    title: str
+    task: str
+    auto_class: str
+    arch_name: str
+    model_type: str
+    model_class: str
+    config: Any
+    num_parameters: int
+    dtype: str
+    code_files: Sequence[str]
+    can_generate: bool = False
+    description: str | None = None
+    repo_id: str | None = None
+    license: str | None = "apache-2.0"
+    language: str | Sequence[str] | None = None
+    datasets: Sequence[str] = ()
+    base_model: str | None = None
+    tags: Sequence[str] = ()
+    metrics: Mapping[str, float] | None = None
+    eval_dataset: str | None = None
+    eval_dataset_config: str | None = None
+    eval_split: str | None = None
+    training: Mapping[str, Any] | None = None
+    loss_curves: list = field(default_factory=list)  # plots.LossCurves of the training logs
+    loss_curve_file: str | None = None
+
+
+def _metadata(info: CardInfo, pipeline_tag: str | None) -> str:
+    from huggingface_hub import EvalResult, ModelCardData
+
+    tags = list(dict.fromkeys(["hf_xfmr", info.arch_name, info.model_type, "custom_code", *info.tags]))
+    eval_results = None
+    if info.metrics:
+        if not info.eval_dataset:
+            raise ValueError("evaluation metrics need the dataset they were measured on: pass eval_dataset "
+                             "(a Hub dataset id such as 'glue')")
+        eval_results = [
+            EvalResult(
+                task_type=pipeline_tag or info.task, dataset_type=info.eval_dataset,
+                dataset_name=info.eval_dataset, dataset_config=info.eval_dataset_config,
+                dataset_split=info.eval_split, metric_type=name, metric_value=_metric_value(name, value),
+            )
+            for name, value in info.metrics.items()
+        ]
+    data = ModelCardData(
+        language=info.language,
+        license=info.license,
+        library_name="transformers",
+        tags=tags,
+        datasets=list(info.datasets) or None,
+        base_model=info.base_model,
+        pipeline_tag=pipeline_tag,
+        model_name=info.title,
+        eval_results=eval_results,
+    )
+    return data.to_yaml()
+
+
+def _metric_value(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"metric {name!r} must be a number, got {value!r}")
+    return float(value)
+
+
+def _table(rows: Sequence[tuple[str, str]], header: tuple[str, str]) -> str:
+    lines = [f"| {header[0]} | {header[1]} |", "|---|---|"]
+    lines += [f"| {key} | {value} |" for key, value in rows]
+    return "\n".join(lines)
+
+
+def _human(n: int) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit} ({n:,})"
+    return f"{n:,}"
+
+
+def _model_details(info: CardInfo) -> str:
+    rows = [
+        ("architecture", f"{info.arch_name} (`model_type: {info.model_type}`)"),
+        ("class", f"`{info.model_class}`"),
+        ("parameters", _human(info.num_parameters)),
+    ]
+    for label, names in _SIZE_FIELDS:
+        for name in names:
+            value = getattr(info.config, name, None)
+            if isinstance(value, int) and not isinstance(value, bool):
+                rows.append((label, str(value)))
+                break
+    id2label = getattr(info.config, "id2label", None) or {}
+    if info.task in ("sequence-classification", "token-classification") and id2label:
+        rows.append(("labels", ", ".join(f"`{label}`" for label in id2label.values())))
+    rows.append(("weights", f"safetensors, {info.dtype}"))
+    rows.append(("code", ", ".join(f"`{f}`" for f in info.code_files) + f" (generated by hf_xfmr {__version__})"))
+    return _table(rows, ("", ""))
+
+
+def _format_value(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(str, value))
+    return str(value)
+
+
+def _training(info: CardInfo) -> str:
+    parts = []
+    if info.training:
+        parts.append(_table([(str(k), _format_value(v)) for k, v in info.training.items()], ("setting", "value")))
+    for curve in info.loss_curves:
+        facts = []
+        if curve.last_step is not None:
+            facts.append(f"{curve.last_step} steps")
+        if curve.final_train_loss is not None:
+            facts.append(f"final training loss {curve.final_train_loss:.4f}")
+        if curve.final_eval_loss is not None:
+            facts.append(f"final evaluation loss {curve.final_eval_loss:.4f}")
+        if facts:
+            parts.append(f"`{curve.label}`: " + ", ".join(facts) + ".")
+    if info.loss_curve_file:
+        parts.append(f"![Training and evaluation loss]({info.loss_curve_file})")
+    return "\n\n".join(parts) if parts else "No training details were recorded for this export."
+
+
+def _evaluation(info: CardInfo) -> str:
+    if not info.metrics:
+        return "No evaluation results were given for this export."
+    where = info.eval_dataset + (f" ({info.eval_dataset_config})" if info.eval_dataset_config else "")
+    where += f", split `{info.eval_split}`" if info.eval_split else ""
+    rows = [(name, f"{_metric_value(name, value):.4g}") for name, value in info.metrics.items()]
+    return f"On {where}:\n\n" + _table(rows, ("metric", "value"))
+
+
+def _remote_code(info: CardInfo) -> str:
+    return (
+        f"The model code ships with the weights ({', '.join(f'`{f}`' for f in info.code_files)}), generated "
+        f"by hf_xfmr {__version__}, so transformers loads the model without hf_xfmr "
+        "installed; `trust_remote_code=True` allows it to run that code (read it first). Without it, "
+        "transformers refuses to load the model. With hf_xfmr installed and imported, its own classes are used."
+    )
+
+
+def render_card(info: CardInfo) -> str:
+    """The README.md text for `info`."""
+    name, pipeline_tag = template_for(info.task, info.can_generate)
+    path = templates_dir() / f"{name}.md"
+    template = string.Template(path.read_text(encoding="utf-8"))
+    description = info.description or (
+        f"A {info.arch_name} model (`{info.model_class}`) built with hf_xfmr."
+    )
+    values = {
+        "metadata": _metadata(info, pipeline_tag).strip(),
+        "title": info.title,
+        "description": description.strip(),
+        "repo_id": info.repo_id or REPO_ID_PLACEHOLDER,
+        "auto_class": info.auto_class,
+        "model_details": _model_details(info),
+        "training": _training(info),
+        "evaluation": _evaluation(info),
+        "remote_code": _remote_code(info),
+    }
+    try:
+        return template.substitute(values)
+    except (KeyError, ValueError) as err:
+        raise ValueError(f"model card template {path} has an unknown or malformed placeholder: {err}") from None
+
+
+__all__ = ["CardInfo", "LOSS_CURVE_FILE", "REPO_ID_PLACEHOLDER", "TASK_FAMILIES", "render_card", "template_for",
+           "templates_dir"]

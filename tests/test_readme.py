@@ -1,0 +1,102 @@
+"""The README's Python snippets run as written (tiny sizes swapped in where they would be slow), and the
+classes their comments name are the classes they produce."""
+
+import ast
+import io
+import re
+import subprocess
+import sys
+import tokenize
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def snippet(marker: str) -> str:
+    """The one ```python block of the README that contains `marker`."""
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", README.read_text(), re.S) if marker in b]
+    assert len(blocks) == 1, f"expected one README snippet containing {marker!r}, found {len(blocks)}"
+    return blocks[0]
+
+
+def is_class_name(name: str) -> bool:
+    import hf_xfmr.models
+
+    return hasattr(transformers, name) or any(
+        cls.__name__ == name for arch in hf_xfmr.models.architectures() for cls in arch.classes.values()
+    )
+
+
+def run_checking_comments(code: str) -> dict:
+    """Execute `code` statement by statement; after `name = ...  # ClassName ...`, `name` must be a ClassName."""
+    comments = {tok.start[0]: tok.string for tok in tokenize.generate_tokens(io.StringIO(code).readline)
+                if tok.type == tokenize.COMMENT}
+    namespace: dict = {}
+    checked = 0
+    for stmt in ast.parse(code).body:
+        exec(compile(ast.Module([stmt], []), "<README>", "exec"), namespace)
+        named = re.match(r"#\s*((?:Xfmr)?[A-Z]\w+)\b", comments.get(stmt.end_lineno, ""))
+        if isinstance(stmt, ast.Assign) and named and is_class_name(named.group(1)):
+            (target,) = stmt.targets
+            assert type(namespace[target.id]).__name__ == named.group(1), (
+                f"README says {target.id} is a {named.group(1)}, it is a {type(namespace[target.id]).__name__}"
+            )
+            checked += 1
+    namespace["_checked"] = checked
+    return namespace
+
+
+@pytest.fixture
+def tiny_bert_folders(tmp_path, monkeypatch):
+    """A tiny BertForMaskedLM saved under the paths the README uses; the working directory is tmp_path."""
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=37, max_position_embeddings=64)
+    model = transformers.BertForMaskedLM(config)
+    for folder in ("path/to/bert-checkpoint", "bert-base-uncased"):
+        model.save_pretrained(tmp_path / folder)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_conversion_snippets(tiny_bert_folders):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the new head's ConversionWarning
+        namespace = run_checking_comments(snippet("back = hf_xfmr.to_transformers(ours)"))
+    assert namespace["_checked"] >= 3
+    namespace = run_checking_comments(snippet('ours.save_pretrained("./bert-base-xfmr")'))
+    assert type(namespace["ref"]).__name__ == "BertForMaskedLM"
+    assert (tiny_bert_folders / "bert-base-xfmr" / "model.safetensors").is_file()
+
+
+def test_data_snippet(monkeypatch):
+    code = snippet("DataCollatorForMLM(tok")
+    code = code.replace("default_corpus()", "default_corpus(40)").replace("load_corpus()", "load_corpus(max_documents=40)")
+    assert "default_corpus(40)" in code and "load_corpus(max_documents=40)" in code
+    with pytest.warns(UserWarning, match=r"asked for vocab_size=8000 but .* only \d+ tokens"):
+        namespace = run_checking_comments(code)
+    batch = next(iter(namespace["loader"]))
+    assert batch["labels"].shape == batch["input_ids"].shape
+    assert batch["input_ids"].max() < len(namespace["tok"])
+
+
+@pytest.mark.slow  # two interpreter starts (the script and its forkserver): a few seconds
+def test_benchmark_snippet_runs_as_a_script(tmp_path):
+    # Saved as a file and run: the memory measurement's child processes import the script again.
+    code = snippet("measure_case(")
+    (module,) = re.findall(r"from (\S+) import .*make_case", code)
+    tiny = (
+        f"import {module} as _bench\n"
+        "_make_case = _bench.make_case\n"
+        "_bench.make_case = lambda name, **overrides: _make_case(name, tiny=True)\n"
+    )
+    script = tmp_path / "bench_readme.py"
+    script.write_text(tiny + code.replace("repeats=5", "repeats=1"))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| bert-mlm-train |" in proc.stdout
