@@ -343,6 +343,94 @@ def _add_bench(subparsers) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
+# hf-xfmr pretrain
+# ----------------------------------------------------------------------------------------------
+
+
+def _run_pretrain(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from hf_xfmr.training import CheckpointError, NonFiniteLossError, PretrainArguments, pretrain
+
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(PretrainArguments) if hasattr(args, f.name)}
+    try:
+        settings = PretrainArguments.from_yaml(args.config, **given) if args.config else PretrainArguments(**given)
+    except ValueError as err:
+        raise CommandError(str(err)) from None
+    try:
+        result = pretrain(settings)
+    except CheckpointError as err:
+        raise CommandError(f"cannot resume: {err}") from None
+    except NonFiniteLossError as err:
+        print(f"{PROG} pretrain: error: {err}", file=sys.stderr)
+        return 1
+    except ValueError as err:
+        raise CommandError(str(err)) from None
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    if result.model is not None:  # the main process
+        metrics = ", ".join(f"{k} {v:.4g}" for k, v in result.eval_metrics.items())
+        loss = f"{result.final_loss:.4f}" if result.final_loss is not None else "n/a"
+        print(f"pretrained {type(result.model).__name__} for {result.step} steps on {result.world_size} process(es): "
+              f"final loss {loss}" + (f"; {metrics}" if metrics else "") +
+              f"\nmodel and tokenizer: {result.model_dir}/  log: {result.log_path}")
+    return 0
+
+
+def _add_pretrain(subparsers) -> None:
+    import dataclasses
+
+    from transformers import HfArgumentParser
+
+    import hf_xfmr  # noqa: F401  (registers the architectures)
+    from hf_xfmr.models import architectures
+    from hf_xfmr.training import PretrainArguments
+    from hf_xfmr.training.objectives import available_objectives
+
+    # The options are generated from the PretrainArguments dataclass by HfArgumentParser.
+    fields = HfArgumentParser(PretrainArguments, add_help=False)
+    arch_lines = "\n".join(f"  {a.name:<12} objectives: {', '.join(a.objectives)}" for a in architectures())
+    recipes = ", ".join(available_objectives())
+    parser = subparsers.add_parser(
+        "pretrain",
+        parents=[fields],
+        help="pretrain an architecture with its objective (Accelerate; DeepSpeed via an Accelerate config)",
+        description=(
+            "Pretrain an hf_xfmr architecture from scratch with its objective, in one process or under\n"
+            "`accelerate launch` / `torchrun` (DDP, DeepSpeed ZeRO-2/3). Writes the model (safetensors) and\n"
+            "tokenizer to --output_dir, a JSON-lines log (log.jsonl), and checkpoints that --resume\n"
+            "continues exactly. Settings come from the options below and/or a YAML file (--config).\n\n"
+            f"architectures:\n{arch_lines}\nobjectives with a training recipe: {recipes}"
+        ),
+        epilog=(
+            "examples:\n"
+            "  hf-xfmr pretrain --arch bert --objective wwm --max_steps 200 --output_dir out/bert\n"
+            "  hf-xfmr pretrain --config run.yaml --resume\n"
+            "  accelerate launch --multi_gpu --num_processes 2 -m hf_xfmr.cli pretrain --arch roberta --output_dir out/r\n"
+            "  accelerate launch --config_file examples/accelerate/deepspeed_zero3.yaml -m hf_xfmr.cli pretrain ..."
+        ),
+        formatter_class=_HelpFormatter,
+    )
+    parser.set_defaults(func=_run_pretrain, command_parser=parser)
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    parser.add_argument("--config", metavar="YAML", default=None,
+                        help="read settings from a YAML file of `name: value` pairs; options given here win")
+    # Only options actually given reach PretrainArguments, so the YAML file's values are not masked by defaults.
+    defaults = {f.name: f.default for f in dataclasses.fields(PretrainArguments)}
+    for action in parser._actions:
+        if action.dest in defaults:
+            if action.option_strings and action.option_strings[0].startswith("--no_"):
+                action.help = f"turn --{action.dest} off"
+            elif action.help:
+                action.help = f"{action.help} (default: {defaults[action.dest]})".replace("%", "%%")
+            action.default = argparse.SUPPRESS
+            action.required = False
+
+
+# ----------------------------------------------------------------------------------------------
 # hf-xfmr export / publish
 # ----------------------------------------------------------------------------------------------
 
@@ -639,6 +727,7 @@ def _add_distill(subparsers) -> None:
 # ----------------------------------------------------------------------------------------------
 
 COMMANDS: tuple[Callable[[Any], None], ...] = (
+    _add_pretrain,
     _add_convert,
     _add_bench,
     _add_export,

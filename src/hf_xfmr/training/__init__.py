@@ -1,0 +1,37 @@
+"""Training: the pretraining loop (Accelerate, DeepSpeed) and its recipe pieces.
+
+    from hf_xfmr.training import PretrainArguments, pretrain
+    result = pretrain(PretrainArguments(arch="bert", objective="mlm", max_steps=100, output_dir="out"))
+
+Pieces used by name: `objectives` (the objective table and its state hooks), `optim` (AdamW /
+StableAdamW, linear / cosine / wsd / 1-sqrt schedules, batch-size warmup), `checkpoint` (atomic,
+validated, exactly resumable checkpoints), `logs` (JSON lines + TensorBoard).
+"""
+
+from .arguments import PretrainArguments
+from .checkpoint import CheckpointError, latest_checkpoint, list_checkpoints
+from .logs import read_log
+from .objectives import Objective, ObjectiveSettings, available_objectives, get_objective, register_objective
+from .optim import StableAdamW, build_optimizer, lr_multiplier
+from .pretrain import NonFiniteLossError, PretrainCallback, PretrainResult, PretrainRun, pretrain
+
+__all__ = [
+    "CheckpointError",
+    "NonFiniteLossError",
+    "Objective",
+    "ObjectiveSettings",
+    "PretrainArguments",
+    "PretrainCallback",
+    "PretrainResult",
+    "PretrainRun",
+    "StableAdamW",
+    "available_objectives",
+    "build_optimizer",
+    "get_objective",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "lr_multiplier",
+    "pretrain",
+    "read_log",
+    "register_objective",
+]

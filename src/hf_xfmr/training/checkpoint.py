@@ -1,0 +1,353 @@
+"""Checkpoints of a pretraining run: atomic writes, rotation, validation, exact restore, export.
+
+Layout of `OUTPUT/checkpoints/step_N/` (written as `step_N.tmp/`, renamed when complete):
+
+    trainer_state.json          step, data position, counters, run settings (written last)
+    model/                      config.json + model.safetensors (without DeepSpeed)
+    optimizer.safetensors       optimizer tensors; optimizer.json: its other fields (without DeepSpeed)
+    deepspeed/                  the DeepSpeed engine's own checkpoint (ZeRO partitions, its optimizer)
+    config.json                 the model config (with DeepSpeed, for validation)
+    rng_<rank>.safetensors      torch RNG states; rng_<rank>.json: Python/NumPy RNG and data-stream state
+    objective_state_<rank>.safetensors   a stateful objective's state (e.g. XLNet memories)
+
+A kill at any moment leaves either the previous complete checkpoint or the new one: the rename of a
+finished `.tmp` folder is atomic, and unfinished `.tmp` folders are ignored (and removed by the next save).
+Everything we write is safetensors or JSON; only the DeepSpeed engine writes its own (pickle) files.
+"""
+
+import json
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
+
+FORMAT_VERSION = 1
+CHECKPOINTS = "checkpoints"
+STATE_FILE = "trainer_state.json"
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+# Config fields that do not change the model (bookkeeping written by transformers).
+_CONFIG_BOOKKEEPING = {"transformers_version", "architectures", "_name_or_path", "dtype", "torch_dtype",
+                       "_attn_implementation", "attn_implementation", "_commit_hash", "output_attentions",
+                       "output_hidden_states", "use_cache", "return_dict"}
+# Settings that must match for a resumed run to continue exactly where the checkpoint stopped.
+RESUME_SETTINGS = ("arch", "objective", "seed", "world_size", "per_device_train_batch_size",
+                   "gradient_accumulation_steps", "batch_size_warmup_steps", "max_seq_length", "num_train_examples",
+                   "deepspeed")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed: unreadable, incomplete, or from a different model or run."""
+
+
+def checkpoint_root(output_dir: str | Path) -> Path:
+    return Path(output_dir) / CHECKPOINTS
+
+
+def list_checkpoints(output_dir: str | Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints (`step_N` folders) of a run, oldest first. `.tmp` folders are not listed."""
+    root = checkpoint_root(output_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for path in root.iterdir():
+        match = _STEP_DIR.match(path.name)
+        if match and path.is_dir():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    found = list_checkpoints(output_dir)
+    return found[-1][1] if found else None
+
+
+def resolve_resume(resume: str, output_dir: str | Path) -> Path:
+    """The checkpoint folder meant by `--resume` ("latest" or a path)."""
+    if resume == "latest":
+        path = latest_checkpoint(output_dir)
+        if path is None:
+            raise CheckpointError(f"--resume: no checkpoint in {checkpoint_root(output_dir)} to resume from. "
+                                  "Run without --resume to start, or pass --resume PATH.")
+        return path
+    path = Path(resume)
+    if not path.is_dir():
+        raise CheckpointError(f"--resume {resume}: no such checkpoint folder.")
+    return path
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading and validating
+# ----------------------------------------------------------------------------------------------
+
+def read_state(path: Path) -> dict[str, Any]:
+    """The trainer state of a checkpoint, or a CheckpointError saying what is wrong with it."""
+    state_file = path / STATE_FILE
+    if not state_file.is_file():
+        raise CheckpointError(f"{path} is not a complete pretraining checkpoint (no {STATE_FILE}). "
+                              "Pick another one with --resume PATH.")
+    try:
+        state = json.loads(state_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{state_file} is corrupted ({err}). Pick another checkpoint with --resume PATH.") from None
+    if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION or "step" not in state:
+        raise CheckpointError(f"{state_file} is not a trainer state written by hf_xfmr pretrain "
+                              f"(format {FORMAT_VERSION}). Pick another checkpoint with --resume PATH.")
+    return state
+
+
+def _check_safetensors(file: Path) -> None:
+    if not file.is_file():
+        raise CheckpointError(f"Checkpoint file {file} is missing. Pick another checkpoint with --resume PATH.")
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            for key in f.keys():
+                f.get_slice(key)
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"Checkpoint file {file} is corrupted ({err}). "
+                              "Pick another checkpoint with --resume PATH.") from None
+
+
+def _model_config_dict(path: Path) -> dict:
+    file = path / "model" / "config.json" if (path / "model" / "config.json").is_file() else path / "config.json"
+    try:
+        return json.loads(file.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} has no model config ({file}). Pick another checkpoint with --resume PATH.") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{file} is corrupted ({err}). Pick another checkpoint with --resume PATH.") from None
+
+
+def validate_checkpoint(path: Path, config, settings: dict[str, Any], world_size: int) -> dict:
+    """Check that `path` can be resumed by this run; returns its trainer state.
+
+    Nothing is loaded or written: every check happens before the run touches its output folder.
+    """
+    state = read_state(path)
+    saved = _model_config_dict(path)
+    current = config.to_dict()
+    if saved.get("model_type") == current.get("model_type"):
+        try:  # through the config class, so defaults and JSON key types compare like for like
+            saved = type(config).from_dict(saved).to_dict()
+        except (TypeError, ValueError) as err:
+            raise CheckpointError(f"The model config in {path} is invalid ({err}). Pick another checkpoint.") from None
+    if saved.get("model_type") != current.get("model_type"):
+        raise CheckpointError(
+            f"{path} holds a {saved.get('model_type')!r} model but this run trains {current.get('model_type')!r} "
+            f"(--arch {settings.get('arch')}). Resume with the checkpoint's architecture or start a new --output_dir.")
+    differ = sorted(k for k in set(saved) | set(current)
+                    if k not in _CONFIG_BOOKKEEPING and saved.get(k) != current.get(k))
+    if differ:
+        shown = "; ".join(f"{k}: {saved.get(k)!r} in the checkpoint, {current.get(k)!r} now" for k in differ[:6])
+        raise CheckpointError(f"{path} was written by a model with a different config ({shown}). Resume with the "
+                              "same --preset/--config_overrides/tokenizer, or start a new --output_dir.")
+    saved_settings = state.get("settings", {})
+    mismatched = [k for k in RESUME_SETTINGS if k in saved_settings and saved_settings[k] != settings.get(k)]
+    if mismatched:
+        shown = "; ".join(f"{k}: {saved_settings[k]!r} in the checkpoint, {settings.get(k)!r} now" for k in mismatched)
+        raise CheckpointError(f"{path} cannot be resumed exactly with these settings ({shown}). Use the checkpoint's "
+                              "settings (and number of processes), or start a new --output_dir.")
+    if settings.get("deepspeed"):
+        if not (path / "deepspeed").is_dir():
+            raise CheckpointError(f"{path} has no DeepSpeed state (deepspeed/). Pick another checkpoint.")
+    else:
+        _check_safetensors(path / "model" / "model.safetensors")
+        _check_safetensors(path / "optimizer.safetensors")
+    for r in range(world_size):  # every process checks every file, so all of them stop together
+        if not (path / f"rng_{r}.json").is_file():
+            raise CheckpointError(f"{path} has no random state for process {r} (rng_{r}.json); it was written "
+                                  f"by a run with {saved_settings.get('world_size')} process(es).")
+        _check_safetensors(path / f"rng_{r}.safetensors")
+    return state
+
+
+# ----------------------------------------------------------------------------------------------
+# Pieces: optimizer, RNG, objective state
+# ----------------------------------------------------------------------------------------------
+
+def save_optimizer(optimizer: torch.optim.Optimizer, folder: Path) -> None:
+    """The optimizer's tensors as safetensors and the rest (param groups, scalars) as JSON."""
+    state_dict = optimizer.state_dict()
+    tensors, scalars = {}, {}
+    for pid, entry in state_dict["state"].items():
+        for key, value in entry.items():
+            if torch.is_tensor(value):
+                tensors[f"state.{pid}.{key}"] = value.detach().cpu().contiguous()
+            else:
+                scalars.setdefault(str(pid), {})[key] = value
+    save_file(tensors, str(folder / "optimizer.safetensors"))
+    _write_json(folder / "optimizer.json", {"param_groups": state_dict["param_groups"], "scalars": scalars})
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer, folder: Path) -> None:
+    tensors = load_file(str(folder / "optimizer.safetensors"))
+    meta = json.loads((folder / "optimizer.json").read_text())
+    state: dict[int, dict] = {}
+    for name, value in tensors.items():
+        _, pid, key = name.split(".", 2)
+        state.setdefault(int(pid), {})[key] = value
+    for pid, entry in meta["scalars"].items():
+        state.setdefault(int(pid), {}).update(entry)
+    groups = meta["param_groups"]
+    for group in groups:  # JSON turned tuples into lists; optimizers compare e.g. betas by value only
+        if "betas" in group:
+            group["betas"] = tuple(group["betas"])
+    optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    tensors = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"cuda.{i}"] = s
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    extra = {"python": [version, list(internal), gauss],
+             "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)]}
+    return tensors, extra
+
+
+def set_rng_state(tensors: dict[str, torch.Tensor], extra: dict[str, Any]) -> None:
+    torch.set_rng_state(tensors["torch"])
+    cuda = [tensors[k] for k in sorted((k for k in tensors if k.startswith("cuda.")), key=lambda k: int(k[5:]))]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
+    version, internal, gauss = extra["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = extra["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+def flatten_state(state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """A state of tensors and lists of tensors as a flat safetensors mapping (`name.0`, `name.1`, ...)."""
+    flat = {}
+    for key, value in state.items():
+        if torch.is_tensor(value):
+            flat[key] = value.detach().cpu().contiguous()
+        elif isinstance(value, (list, tuple)) and all(torch.is_tensor(v) for v in value):
+            for i, v in enumerate(value):
+                flat[f"{key}.{i}"] = v.detach().cpu().contiguous()
+            if not value:
+                raise ValueError(f"Objective state {key!r} is an empty list; store None-free tensors only.")
+        else:
+            raise ValueError(f"Objective state {key!r} must be a tensor or a list of tensors, "
+                             f"got {type(value).__name__}.")
+    return flat
+
+
+def unflatten_state(flat: dict[str, torch.Tensor], device) -> dict[str, Any]:
+    state: dict[str, Any] = {}
+    lists: dict[str, dict[int, torch.Tensor]] = {}
+    for key, value in flat.items():
+        head, _, tail = key.rpartition(".")
+        if head and tail.isdigit():
+            lists.setdefault(head, {})[int(tail)] = value.to(device)
+        else:
+            state[key] = value.to(device)
+    for key, items in lists.items():
+        state[key] = [items[i] for i in range(len(items))]
+    return state
+
+
+def _write_json(file: Path, value: Any) -> None:
+    with open(file, "w") as f:
+        json.dump(value, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing
+# ----------------------------------------------------------------------------------------------
+
+def begin_checkpoint(output_dir: str | Path, step: int, is_main: bool) -> Path:
+    """The `.tmp` folder a checkpoint of `step` is written to (created by the main process)."""
+    tmp = checkpoint_root(output_dir) / f"step_{step}.tmp"
+    if is_main:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+    return tmp
+
+
+def write_process_state(tmp: Path, rank: int, objective_state: dict | None, data_state: dict | None) -> None:
+    """What every process writes: its RNG states, data-stream position and objective state."""
+    tensors, extra = rng_state()
+    save_file(tensors, str(tmp / f"rng_{rank}.safetensors"))
+    extra["data"] = data_state
+    _write_json(tmp / f"rng_{rank}.json", extra)
+    if objective_state:
+        save_file(flatten_state(objective_state), str(tmp / f"objective_state_{rank}.safetensors"))
+
+
+def commit_checkpoint(tmp: Path, state: dict[str, Any], keep: int | None) -> Path:
+    """Main process, after every process finished writing: write the trainer state, rename, rotate."""
+    state = {"format_version": FORMAT_VERSION, **state}
+    _write_json(tmp / STATE_FILE, state)
+    final = tmp.with_name(tmp.name[: -len(".tmp")])
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _fsync_dir(final.parent)
+    output_dir = final.parent.parent
+    for path in final.parent.iterdir():  # leftovers of interrupted writes
+        if path.name.endswith(".tmp") and path != tmp:
+            shutil.rmtree(path, ignore_errors=True)
+    if keep:
+        for _, old in list_checkpoints(output_dir)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_process_state(path: Path, rank: int, device) -> tuple[dict, dict | None, dict | None]:
+    """(RNG tensors + extra, data-stream state, objective state) of process `rank`."""
+    tensors = load_file(str(path / f"rng_{rank}.safetensors"))
+    extra = json.loads((path / f"rng_{rank}.json").read_text())
+    objective_file = path / f"objective_state_{rank}.safetensors"
+    objective_state = unflatten_state(load_file(str(objective_file)), device) if objective_file.is_file() else None
+    return {"tensors": tensors, "extra": extra}, extra.get("data"), objective_state
+
+
+def load_model_weights(model: torch.nn.Module, folder: Path) -> None:
+    """Load `folder/model.safetensors` into `model`; only tied (shared) weights may be absent from the file."""
+    weights = load_file(str(folder / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    tied = _tied_names(model)
+    missing = [k for k in missing if k not in tied]
+    if missing or unexpected:
+        raise CheckpointError(f"The weights in {folder} do not fit the model: missing {missing[:5]}, "
+                              f"unexpected {unexpected[:5]}.")
+    if hasattr(model, "tie_weights"):
+        model.tie_weights()
+
+
+def _tied_names(model: torch.nn.Module) -> set[str]:
+    """Names of parameters that share storage with another, earlier-named parameter."""
+    seen: dict[int, str] = {}
+    tied = set()
+    for name, param in model.named_parameters(remove_duplicate=False):
+        key = id(param)
+        if key in seen:
+            tied.add(name)
+        else:
+            seen[key] = name
+    return tied

@@ -1,0 +1,73 @@
+"""Training logs: JSON lines always, TensorBoard when it is installed. Main process only.
+
+Each line of `OUTPUT/log.jsonl` is one object with transformers Trainer's `log_history` keys:
+training records carry "step", "epoch", "loss", "learning_rate", "grad_norm", "tokens_per_second"
+(plus "batches_without_targets" and "skipped_steps" counters); evaluation records carry "step", "epoch",
+"eval_loss", "eval_perplexity", "eval_accuracy" (plus objective-specific "eval_*" accuracies).
+"""
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+LOG_FILE = "log.jsonl"
+
+
+def read_log(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines log (a truncated last line, from a killed run, is ignored)."""
+    records = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+class RunLog:
+    """Appends records to `log.jsonl` and mirrors scalars to TensorBoard (if importable).
+
+    On resume, records after the resumed step (written by the interrupted run after its last checkpoint)
+    are dropped first, so the log reads as one run.
+    """
+
+    def __init__(self, output_dir: Path, enabled: bool, tensorboard: bool, resume_step: int | None = None):
+        self.path = Path(output_dir) / LOG_FILE
+        self.enabled = enabled
+        self.writer = None
+        if not enabled:
+            return
+        if resume_step is None:
+            self.path.write_text("")
+        elif self.path.exists():
+            kept = [r for r in read_log(self.path) if r.get("step", 0) <= resume_step]
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            tmp.replace(self.path)
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # tensorboard not installed: JSON lines only
+                SummaryWriter = None
+            if SummaryWriter is not None:
+                self.writer = SummaryWriter(log_dir=str(Path(output_dir) / "tensorboard"),
+                                            purge_step=resume_step + 1 if resume_step is not None else None)
+
+    def write(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.writer is not None:
+            step = record.get("step", 0)
+            for key, value in record.items():
+                if key in ("step", "epoch") or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    continue
+                tag = f"eval/{key[5:]}" if key.startswith("eval_") else f"train/{key}"
+                self.writer.add_scalar(tag, value, step)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None

@@ -1,0 +1,342 @@
+"""The pretraining objectives, one table entry each.
+
+An `Objective` says everything the pretraining loop needs to train an architecture with it:
+
+| field            | what it is                                                                  |
+|------------------|-----------------------------------------------------------------------------|
+| `task`           | the registry task whose model class trains with it (`masked-lm`, ...)      |
+| `required_tokens`| tokenizer special tokens it cannot work without (checked before training)  |
+| `build_examples` | documents (strings) -> training examples (dicts of token-id lists)          |
+| `make_collator`  | examples -> a padded, masked batch of tensors (given a seeded generator)    |
+| `logits_key`     | the output field holding the token logits (for accuracy)                    |
+| `metrics`        | extra evaluation counts (next-sentence / sentence-order accuracy, ...)     |
+| `layout`         | "shuffled" examples, or "contiguous" per-row streams (Transformer-XL/XLNet) |
+| state hooks      | `initial_state` / `step_inputs` / `update_state`, for objectives that carry |
+|                  | state from one step to the next (XLNet's memory)                           |
+
+Adding an objective = one `register_objective(Objective(...))` call; an architecture trains with it
+once the objective's name is in its registry entry (`Architecture.objectives`) and it has a model
+class for the objective's `task`. Per-architecture differences (ALBERT's n-gram masking, ModernBERT's
+30% masking rate) live in `arch_settings`, keyed by architecture name.
+
+Stateful objectives (the hook interface)
+----------------------------------------
+XLNet trains with a memory: the hidden states of the previous segment are the `mems` of the next, so
+batch row j at step t+1 must hold the text that follows row j of step t. Such an objective declares
+`layout="contiguous"`: the loop then cuts the training text into `rows` parallel streams (one per row of
+the global batch, Transformer-XL's "batchify") and never shuffles them; micro-batch k holds segment k of
+every stream. The loop keeps one state dict per process and calls, around every micro-batch:
+
+    state = objective.initial_state(rows)                 # at the start, and when the streams restart
+    inputs = objective.step_inputs(batch, state)          # model keyword arguments (e.g. adds `mems`)
+    outputs = model(**inputs)
+    state = objective.update_state(batch, outputs, state) # e.g. keeps the new `mems`, detached
+
+The state is a flat `dict[str, torch.Tensor]` (lists of tensors are stored as `name.0`, `name.1`, ...);
+checkpoints save it per process (safetensors) so a resumed run continues with the same memory. It lives
+on the training device; `update_state` must detach what it keeps.
+"""
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from ..data import (
+    DataCollatorForCLM,
+    DataCollatorForMLM,
+    create_nsp_examples,
+    create_sop_examples,
+    pack_stream,
+    tokenize_documents,
+)
+
+IGNORE_INDEX = -100
+LAYOUTS = ("shuffled", "contiguous")
+
+
+@dataclass(frozen=True)
+class ObjectiveSettings:
+    """The knobs of the data side, taken from `PretrainArguments`.
+
+    max_seq_length: tokens per example (special tokens included).
+    mlm_probability: masking rate; None takes the architecture's default (`arch_settings`), else 15%.
+    max_ngram: masked span length limit (ALBERT's n-gram masking); None: the architecture's default, else 1.
+    short_seq_prob: share of shorter sentence-pair examples (NSP / SOP).
+    seed: seeds the example builders (pair sampling).
+    arch: the architecture name, for `arch_settings`.
+    """
+
+    max_seq_length: int = 128
+    mlm_probability: float | None = None
+    max_ngram: int | None = None
+    short_seq_prob: float = 0.1
+    seed: int = 0
+    arch: str = ""
+
+
+def _no_state(rows: int) -> dict[str, torch.Tensor]:
+    return {}
+
+
+def _batch_as_inputs(batch: dict, state: dict) -> dict:
+    return batch
+
+
+def _keep_state(batch: dict, outputs: Any, state: dict) -> dict:
+    return state
+
+
+def _no_metrics(batch: dict, outputs: Any) -> dict[str, tuple[float, float]]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One pretraining objective (see the module docstring for the fields and the state hooks).
+
+    build_examples(tokenizer, texts, settings) -> list of example dicts.
+    make_collator(tokenizer, settings) -> callable(examples, generator) -> batch dict of tensors with "labels".
+    metrics(batch, outputs) -> {name: (correct, total)}, reported as `eval_<name>` = correct / total.
+    """
+
+    name: str
+    description: str
+    task: str
+    build_examples: Callable[[Any, Sequence[str], ObjectiveSettings], list[dict]]
+    make_collator: Callable[[Any, ObjectiveSettings], Callable]
+    required_tokens: tuple[str, ...] = ()
+    logits_key: str = "logits"
+    shift_labels: bool = False  # causal LM: logits at t predict labels at t + 1
+    metrics: Callable[[dict, Any], dict[str, tuple[float, float]]] = _no_metrics
+    layout: str = "shuffled"
+    config_defaults: Mapping[str, Any] = field(default_factory=dict)
+    arch_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    initial_state: Callable[[int], dict] = _no_state
+    step_inputs: Callable[[dict, dict], dict] = _batch_as_inputs
+    update_state: Callable[[dict, Any, dict], dict] = _keep_state
+
+    def __post_init__(self):
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"Objective {self.name!r}: layout must be one of {LAYOUTS}, got {self.layout!r}.")
+
+    def resolve(self, settings: ObjectiveSettings) -> ObjectiveSettings:
+        """`settings` with the unset (None) fields taken from this objective's `arch_settings`."""
+        defaults = self.arch_settings.get(settings.arch, {})
+        unset = {k: v for k, v in defaults.items() if getattr(settings, k) is None}
+        return replace(settings, **unset)
+
+    @property
+    def stateful(self) -> bool:
+        return self.initial_state is not _no_state or self.update_state is not _keep_state
+
+
+_OBJECTIVES: dict[str, Objective] = {}
+
+
+def register_objective(objective: Objective) -> Objective:
+    """Add (or replace) an objective in the table used by `pretrain`."""
+    _OBJECTIVES[objective.name] = objective
+    return objective
+
+
+def available_objectives() -> dict[str, Objective]:
+    """Every objective with a training recipe, by name."""
+    return dict(_OBJECTIVES)
+
+
+def get_objective(name: str) -> Objective:
+    if name not in _OBJECTIVES:
+        from ..models.registry import OBJECTIVES
+
+        if name in OBJECTIVES:
+            raise ValueError(f"The objective {name!r} ({OBJECTIVES[name]}) has no pretraining recipe in this "
+                             f"version of hf_xfmr yet; available: {', '.join(_OBJECTIVES)}.")
+        raise ValueError(f"Unknown objective {name!r}; available: {', '.join(_OBJECTIVES)}.")
+    return _OBJECTIVES[name]
+
+
+def check_tokenizer(objective: Objective, tokenizer) -> None:
+    """Raise a ValueError naming every special token `objective` needs that `tokenizer` lacks."""
+    missing = [name for name in objective.required_tokens if getattr(tokenizer, f"{name}_id", None) is None]
+    if missing:
+        tokens = ", ".join(missing)
+        raise ValueError(
+            f"The {objective.name!r} objective needs the tokenizer special token(s) {tokens}, which "
+            f"{type(tokenizer).__name__} does not define. Add them (tokenizer.add_special_tokens(...), then save it "
+            "and pass --tokenizer PATH) or let `pretrain` train a tokenizer for the architecture (omit --tokenizer)."
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Example builders
+# ----------------------------------------------------------------------------------------------
+
+def chunk_documents(tokenizer, texts: Sequence[str], settings: ObjectiveSettings, word_ids: bool = False) -> list[dict]:
+    """Each document cut into consecutive windows of `max_seq_length` tokens, special tokens included.
+
+    Uses the fast tokenizer's overflow: every window gets the architecture's own `[CLS] ... [SEP]`
+    (or `<s> ... </s>`) template. With `word_ids`, each example also carries the word index of every
+    token (-1 on special tokens), for whole-word masking. Windows without a content token are dropped.
+    """
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError("Pretraining data is cut into windows with a fast tokenizer (PreTrainedTokenizerFast); "
+                         f"got {type(tokenizer).__name__}.")
+    enc = tokenizer(list(texts), truncation=True, max_length=settings.max_seq_length, return_overflowing_tokens=True,
+                    return_special_tokens_mask=True)
+    examples = []
+    for i, ids in enumerate(enc["input_ids"]):
+        special = enc["special_tokens_mask"][i]
+        if all(special):
+            continue
+        example = {"input_ids": ids, "special_tokens_mask": special}
+        if word_ids:
+            example["word_ids"] = [-1 if w is None else w for w in enc.word_ids(i)]
+        examples.append(example)
+    return examples
+
+
+def _mlm_examples(tokenizer, texts, settings):
+    return chunk_documents(tokenizer, texts, settings)
+
+
+def _wwm_examples(tokenizer, texts, settings):
+    return chunk_documents(tokenizer, texts, settings, word_ids=True)
+
+
+def _pair_examples(builder):
+    def build(tokenizer, texts, settings):
+        documents = tokenize_documents(tokenizer, texts)
+        if len(documents) < 2:
+            return []  # NSP needs two documents; the loop reports an empty dataset with its own message
+        return builder(documents, tokenizer, max_seq_length=settings.max_seq_length,
+                       short_seq_prob=settings.short_seq_prob, seed=settings.seed)
+    return build
+
+
+def _clm_examples(tokenizer, texts, settings):
+    """GPT-2 recipe: documents joined by EOS and cut into rows of exactly `max_seq_length` tokens."""
+    documents = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    documents = [d for d in documents if d]
+    if not documents:
+        return []
+    rows = pack_stream(documents, settings.max_seq_length, tokenizer.eos_token_id)
+    # Positions simply count 0..L-1 in every row (documents share the row's attention), as in GPT-2.
+    return [{"input_ids": row["input_ids"]} for row in rows]
+
+
+# ----------------------------------------------------------------------------------------------
+# Collators: examples + a seeded generator -> batch
+# ----------------------------------------------------------------------------------------------
+
+class SeededCollator:
+    """Runs a collator with torch's RNG seeded for this batch alone.
+
+    The wrapped collator is built without `seed`/`generator`, so it draws its masks from torch's global
+    RNG; each call forks that RNG (restoring it afterwards, so the model's dropout stream is untouched)
+    and seeds the fork from the generator it is handed. Masks therefore depend only on (seed, batch
+    number), never on the order in which batches were prepared (prefetching, workers, a resumed run).
+    """
+
+    def __init__(self, collator):
+        self.collator = collator
+
+    def __call__(self, examples, generator: torch.Generator | None = None):
+        if generator is None:
+            return self.collator(examples)
+        seed = int(torch.randint(0, 2**62, (), generator=generator))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return self.collator(examples)
+
+
+def _mlm_collator(whole_word_mask: bool):
+    def make(tokenizer, settings):
+        return SeededCollator(DataCollatorForMLM(
+            tokenizer, mlm_probability=settings.mlm_probability or 0.15, whole_word_mask=whole_word_mask,
+            max_ngram=settings.max_ngram or 1,
+        ))
+    return make
+
+
+def _clm_collator(tokenizer, settings):
+    return SeededCollator(DataCollatorForCLM(tokenizer))
+
+
+# ----------------------------------------------------------------------------------------------
+# Metrics
+# ----------------------------------------------------------------------------------------------
+
+def token_accuracy_counts(logits: torch.Tensor, labels: torch.Tensor, shift: bool = False) -> tuple[int, int]:
+    """(correct, total) top-1 predictions over positions whose label is not -100.
+
+    logits: dense (B, T, V), or sparse (N, V) holding only the labelled positions in row-major order
+    (what a head with `sparse_prediction` returns). With `shift`, logits at t are scored against labels
+    at t + 1 (causal LM).
+    """
+    if shift:
+        logits, labels = logits[:, :-1], labels[:, 1:]
+    labelled = labels != IGNORE_INDEX
+    total = int(labelled.sum())
+    if total == 0:
+        return 0, 0
+    if logits.dim() == labels.dim() + 1 and logits.shape[:-1] == labels.shape:
+        predicted = logits.argmax(-1)[labelled]
+    elif logits.dim() == 2 and logits.shape[0] == total:
+        predicted = logits.argmax(-1)
+    else:
+        raise ValueError(f"Cannot score logits of shape {tuple(logits.shape)} against labels of shape "
+                         f"{tuple(labels.shape)} with {total} labelled positions.")
+    return int((predicted == labels[labelled]).sum()), total
+
+
+def _sentence_metric(name: str, logits_key: str, label_key: str):
+    def counts(batch, outputs):
+        logits = getattr(outputs, logits_key, None)
+        labels = batch.get(label_key)
+        if logits is None or labels is None:
+            return {}
+        return {name: (int((logits.argmax(-1) == labels).sum()), int(labels.numel()))}
+    return counts
+
+
+# ----------------------------------------------------------------------------------------------
+# The table
+# ----------------------------------------------------------------------------------------------
+
+_MLM_ARCH_SETTINGS = {
+    "albert": {"max_ngram": 3},          # ALBERT's n-gram masking (Lan et al. 2020, sec. 4.1)
+    "modernbert": {"mlm_probability": 0.3},  # ModernBERT masks 30% (Warner et al. 2024, sec. 2.2)
+}
+_SPARSE = {"sparse_prediction": True}  # heads that can project only the masked positions do so in training
+
+register_objective(Objective(
+    name="mlm", description="masked language modelling (15%, 80/10/10)", task="masked-lm",
+    build_examples=_mlm_examples, make_collator=_mlm_collator(False),
+    required_tokens=("mask_token", "pad_token"), config_defaults=_SPARSE, arch_settings=_MLM_ARCH_SETTINGS,
+))
+register_objective(Objective(
+    name="wwm", description="whole-word masked language modelling", task="masked-lm",
+    build_examples=_wwm_examples, make_collator=_mlm_collator(True),
+    required_tokens=("mask_token", "pad_token"), config_defaults=_SPARSE, arch_settings=_MLM_ARCH_SETTINGS,
+))
+register_objective(Objective(
+    name="mlm+nsp", description="MLM + next-sentence prediction (BERT)", task="pretraining",
+    build_examples=_pair_examples(create_nsp_examples), make_collator=_mlm_collator(False),
+    required_tokens=("mask_token", "pad_token", "cls_token", "sep_token"), logits_key="prediction_logits",
+    metrics=_sentence_metric("nsp_accuracy", "seq_relationship_logits", "next_sentence_label"),
+    config_defaults=_SPARSE,
+))
+register_objective(Objective(
+    name="mlm+sop", description="MLM + sentence-order prediction (ALBERT)", task="pretraining",
+    build_examples=_pair_examples(create_sop_examples), make_collator=_mlm_collator(False),
+    required_tokens=("mask_token", "pad_token", "cls_token", "sep_token"), logits_key="prediction_logits",
+    metrics=_sentence_metric("sop_accuracy", "sop_logits", "sentence_order_label"),
+    config_defaults=_SPARSE, arch_settings={"albert": {"max_ngram": 3}},
+))
+register_objective(Objective(
+    name="clm", description="causal language modelling on packed rows (GPT)", task="causal-lm",
+    build_examples=_clm_examples, make_collator=_clm_collator, required_tokens=("eos_token",),
+    shift_labels=True,
+))
