@@ -3,13 +3,15 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# The VADER human-rated sentences (MIT) ship only in the vaderSentiment sdist: fetched once from PyPI.
+VADER  := $(VENV)/share/hf_xfmr/vaderSentiment-3.3.2.tar.gz
 
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test bench install clean
+.PHONY: demo test bench install data clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,9 +23,14 @@ $(STAMP): $(PY) setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
-install: $(STAMP)
+$(VADER): | $(STAMP)
+	$(PY) -m hf_xfmr.data.labelled fetch --dest $(VADER)
 
-demo: $(STAMP)
+install: $(STAMP) $(VADER)
+
+data: $(VADER)
+
+demo: $(STAMP) $(VADER)
 	$(PY) examples/demo.py
 
 test: $(STAMP)

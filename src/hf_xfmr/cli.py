@@ -431,6 +431,105 @@ def _add_pretrain(subparsers) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
+# hf-xfmr finetune
+# ----------------------------------------------------------------------------------------------
+
+
+class _FinetuneHelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Hand-made description/epilog line breaks, and each option's default appended to its help."""
+
+
+def _finetune_options_file_action(fields: set[str]):
+    class OptionsFile(argparse.Action):
+        """--config FILE: set options from a YAML/JSON file at this point of the command line, so options
+        given after it override the file."""
+
+        def __call__(self, parser, namespace, path, option_string=None):
+            from hf_xfmr.training.finetune_tasks import FinetuneError
+            from hf_xfmr.training.finetune import read_config_file
+
+            try:
+                values = read_config_file(path)
+            except FinetuneError as err:
+                parser.error(str(err))
+            unknown = sorted(set(values) - fields)
+            if unknown:
+                parser.error(f"{path}: unknown option(s) {', '.join(unknown)} (see --help for the option names)")
+            actions = {a.dest: a for a in parser._actions}
+            for key, value in values.items():
+                convert = actions[key].type
+                if convert is not None and isinstance(value, str):
+                    value = convert(value)
+                elif convert is not None and isinstance(value, list):
+                    value = [convert(v) if isinstance(v, str) else v for v in value]
+                setattr(namespace, key, value)
+
+    return OptionsFile
+
+
+def _run_finetune(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from hf_xfmr.training.finetune import FinetuneArguments, finetune
+    from hf_xfmr.training.finetune_tasks import FinetuneError
+
+    try:
+        options = FinetuneArguments(**{f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneArguments)})
+        result = finetune(options)
+    except FinetuneError as err:
+        raise CommandError(str(err)) from None
+    metrics = result.metrics
+    shown = {**metrics.get("eval", {}), **metrics.get("test", {}), **metrics.get("baseline", {})}
+    keys = [k for k in shown if not k.endswith(("_runtime", "_per_second", "epoch"))]
+    print("\n".join(f"{k}: {shown[k]:.4f}" for k in keys))
+    print(f"best checkpoint: {result.best_checkpoint}")
+    for label, path in (("model", result.model_dir), ("adapter", result.adapter_dir), ("merged model", result.merged_dir),
+                        ("metrics", result.metrics_file), ("log history", result.log_file)):
+        if path is not None:
+            print(f"{label}: {path}")
+    return 0
+
+
+def _add_finetune(subparsers) -> None:
+    import dataclasses
+
+    from transformers import HfArgumentParser
+
+    from hf_xfmr.training.finetune import FinetuneArguments
+
+    fields = HfArgumentParser(FinetuneArguments, add_help=False)
+    parser = subparsers.add_parser(
+        "finetune",
+        parents=[fields],
+        help="finetune (fully or with LoRA) for classification, tagging or extractive QA",
+        description=(
+            "Finetune a model with transformers' Trainer (and PEFT for --lora) on a datasets source: local\n"
+            "csv/tsv/json/jsonl/parquet files or folders (offline), a Hub dataset, or the built-in 'vader'\n"
+            "sentiment sentences. Start from an hf_xfmr or transformers checkpoint folder, or from --arch +\n"
+            "--preset for a from-scratch run. The best checkpoint on the validation split (by\n"
+            "--metric_for_best_model) is kept; metrics.json, log_history.jsonl and model/ (or adapter/ and,\n"
+            "with --merge, merged/) are written to --output_dir. Options can also come from a YAML/JSON file\n"
+            "(--config FILE; options given after it override it). Each option also has a dashed spelling\n"
+            "(--learning-rate)."
+        ),
+        epilog=(
+            "examples:\n"
+            "  hf-xfmr finetune --model_name_or_path ckpt/ --dataset vader --lora --merge --output_dir out/\n"
+            "  hf-xfmr finetune --arch bert --preset tiny --train_file train.csv --validation_file dev.csv\n"
+            "  hf-xfmr finetune --model_name_or_path ckpt/ --task token-classification --dataset ner/ \\\n"
+            "      --tokens_column words --tags_column tags\n"
+            "  hf-xfmr finetune --model_name_or_path ckpt/ --task question-answering --train_file squad.json\n"
+            "  hf-xfmr finetune --config finetune.yaml --learning_rate 1e-4"
+        ),
+        formatter_class=_FinetuneHelpFormatter,
+    )
+    parser.set_defaults(func=_run_finetune, command_parser=parser)
+    names = {f.name for f in dataclasses.fields(FinetuneArguments)}
+    parser.add_argument("--config", metavar="FILE", action=_finetune_options_file_action(names), default=None,
+                        help="YAML or JSON file of options (keys are the option names without dashes)")
+
+
+# ----------------------------------------------------------------------------------------------
 # hf-xfmr export / publish
 # ----------------------------------------------------------------------------------------------
 
@@ -728,6 +827,7 @@ def _add_distill(subparsers) -> None:
 
 COMMANDS: tuple[Callable[[Any], None], ...] = (
     _add_pretrain,
+    _add_finetune,
     _add_convert,
     _add_bench,
     _add_export,

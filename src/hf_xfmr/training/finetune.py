@@ -1,0 +1,943 @@
+"""Finetuning with transformers' `Trainer` and PEFT: sequence classification, token classification and
+extractive question answering, on any `datasets` source, fully or with LoRA adapters.
+
+    from hf_xfmr.training import FinetuneArguments, finetune
+    result = finetune(FinetuneArguments(model_name_or_path="my-bert", dataset="data/", lora=True, merge=True))
+    result.metrics["eval"]["eval_accuracy"], result.adapter_dir, result.merged_dir
+
+The same options drive `hf-xfmr finetune` (parsed from flags or a YAML file by `HfArgumentParser`).
+
+Where the model comes from: an hf_xfmr checkpoint folder, a transformers checkpoint folder (converted
+with `hf_xfmr.from_transformers` first), or an architecture name + size preset for a from-scratch smoke
+run (then a tokenizer is trained on the training texts unless one is given). The task head is added on
+top of whatever the checkpoint holds; weights the checkpoint lacks are freshly initialised.
+
+LoRA: adapters go on the projections every hf_xfmr architecture names alike (`DEFAULT_LORA_TARGETS`),
+so one list fits all. The task head, and any module the checkpoint did not provide (e.g. BERT's pooler
+when starting from an MLM checkpoint), are trained in full and saved with the adapter (PEFT's
+`modules_to_save`; its default list would miss heads named e.g. `qa_outputs` or `sequence_summary`).
+
+Outputs under `output_dir`: `model/` (full finetuning) or `adapter/` (LoRA: adapter weights, the head,
+the head config and the tokenizer; `load_adapter_model` reattaches it to a fresh base), `merged/` with
+`merge=True` (a plain model folder for `AutoModelFor...`), `base/` for LoRA on a from-scratch model (the
+initial weights the adapter belongs to), `metrics.json`, `log_history.jsonl` (Trainer's log history, one
+JSON object per line, written as training goes), `finetune_args.json`; `checkpoints/` only with
+`keep_checkpoints=True`.
+"""
+
+import dataclasses
+import inspect
+import json
+import logging
+import math
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .finetune_tasks import (
+    CLASSIFICATION,
+    FINETUNE_TASKS,
+    LABEL_COLUMNS,
+    MODEL_INPUTS,
+    QUESTION_ANSWERING,
+    TAGGING,
+    TAGS_COLUMNS,
+    TEXT_COLUMNS,
+    TOKENS_COLUMNS,
+    FinetuneError,
+    check_answers,
+    classification_metrics,
+    label_mapping,
+    pick_column,
+    postprocess_qa,
+    qa_metrics,
+    tagging_metrics,
+    tokenize_classification,
+    tokenize_qa,
+    tokenize_tagging,
+)
+
+logger = logging.getLogger(__name__)
+
+# Projection names shared by every hf_xfmr architecture; those a model lacks (gate_proj in ungated MLPs)
+# are skipped.
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+BUILTIN_DATASETS = ("vader", "vader-3way")  # hf_xfmr.data.labelled
+DEFAULT_BEST_METRIC = {CLASSIFICATION: "accuracy", TAGGING: "f1", QUESTION_ANSWERING: "f1"}
+DATA_BUILDERS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet",
+                 ".txt": "text", ".arrow": "arrow"}
+QA_HIDDEN_COLUMNS = ("example_index", "context_offsets")  # kept aside for post-processing, not model inputs
+
+
+def _help(text: str, **kwargs) -> Any:
+    return field(metadata={"help": text}, **kwargs)
+
+
+@dataclass
+class FinetuneArguments:
+    """Every option of `finetune` / `hf-xfmr finetune` (the field names are the command-line flags)."""
+
+    # -- model -------------------------------------------------------------------------------------
+    model_name_or_path: str | None = _help(
+        "checkpoint folder to start from: hf_xfmr or transformers format (config.json + safetensors)", default=None)
+    arch: str | None = _help("architecture for a from-scratch model (instead of --model_name_or_path), e.g. bert",
+                             default=None)
+    preset: str = _help("size preset of --arch (tiny, base, large)", default="tiny")
+    config_overrides: str | None = _help("config fields for --arch, e.g. 'hidden_size=64,num_hidden_layers=2'",
+                                         default=None)
+    tokenizer_name_or_path: str | None = _help(
+        "tokenizer folder; default: the checkpoint's own, or (with --arch) one trained on the training texts",
+        default=None)
+    vocab_size: int = _help("vocabulary size of a tokenizer trained for --arch", default=8000)
+    # -- task and data -----------------------------------------------------------------------------
+    task: Literal["sequence-classification", "token-classification", "question-answering"] = _help(
+        "what to finetune for", default=CLASSIFICATION)
+    dataset: str | None = _help(
+        "local data folder or file (csv/tsv/json/jsonl/parquet/txt, or a save_to_disk folder), a datasets Hub "
+        "name (needs network or cache), or 'vader' / 'vader-3way' (built-in human-rated sentiment sentences)",
+        default=None)
+    dataset_config: str | None = _help(
+        "dataset configuration name; for vader: comma-separated sources (tweets,movies,amazon,nyt)", default=None)
+    train_file: str | None = _help("training data file (instead of --dataset)", default=None)
+    validation_file: str | None = _help("validation data file", default=None)
+    test_file: str | None = _help("test data file (evaluated once, with the best model)", default=None)
+    validation_split: float = _help("fraction of train held out when there is no validation split", default=0.1)
+    text_column: str | None = _help(f"text column (default: first of {', '.join(TEXT_COLUMNS)})", default=None)
+    text_pair_column: str | None = _help("second text column for sentence-pair classification", default=None)
+    label_column: str | None = _help(f"label column (default: first of {', '.join(LABEL_COLUMNS)})", default=None)
+    tokens_column: str | None = _help(f"word list column for tagging (default: first of {', '.join(TOKENS_COLUMNS)})",
+                                      default=None)
+    tags_column: str | None = _help(f"tag list column for tagging (default: first of {', '.join(TAGS_COLUMNS)})",
+                                    default=None)
+    question_column: str = _help("question column for QA", default="question")
+    context_column: str = _help("context column for QA", default="context")
+    answers_column: str = _help("answers column for QA, SQuAD format {'text': [...], 'answer_start': [...]}",
+                                default="answers")
+    max_seq_length: int = _help("tokens per example (longer texts are truncated; QA contexts are windowed)",
+                                default=128)
+    doc_stride: int = _help("QA: tokens of overlap between windows of a long context", default=32)
+    max_answer_length: int = _help("QA: longest answer span predicted, in tokens", default=30)
+    label_all_tokens: bool = _help("tagging: give every sub-word piece its word's tag (default: the first only)",
+                                   default=False)
+    max_train_samples: int | None = _help("use at most this many training examples", default=None)
+    max_eval_samples: int | None = _help("use at most this many validation examples", default=None)
+    max_test_samples: int | None = _help("use at most this many test examples", default=None)
+    # -- LoRA --------------------------------------------------------------------------------------
+    lora: bool = _help("train LoRA adapters (plus the task head) instead of all weights", default=False)
+    lora_r: int = _help("LoRA rank", default=8)
+    lora_alpha: int = _help("LoRA scaling numerator (the update is scaled by alpha / r)", default=16)
+    lora_dropout: float = _help("dropout on the LoRA branch", default=0.05)
+    lora_target_modules: list[str] | None = _help(
+        f"module names to adapt (default: those of {', '.join(DEFAULT_LORA_TARGETS)} the model has)", default=None)
+    merge: bool = _help("with --lora: also write merged/, the adapter folded into a plain model", default=False)
+    # -- training ----------------------------------------------------------------------------------
+    output_dir: str = _help("where everything is written", default="finetune_output")
+    overwrite_output_dir: bool = _help("allow writing into a non-empty --output_dir", default=False)
+    num_train_epochs: float = _help("passes over the training data (ignored when --max_steps > 0)", default=3.0)
+    max_steps: int = _help("optimizer steps; > 0 overrides --num_train_epochs", default=-1)
+    per_device_train_batch_size: int = _help("training batch size", default=16)
+    per_device_eval_batch_size: int = _help("evaluation batch size", default=64)
+    gradient_accumulation_steps: int = _help("batches per optimizer step", default=1)
+    learning_rate: float | None = _help("peak learning rate (default: 5e-5, or 5e-4 with --lora)", default=None)
+    weight_decay: float = _help("AdamW weight decay", default=0.01)
+    warmup_steps: float = _help("warm-up steps; a value below 1 is a fraction of all steps", default=0.1)
+    lr_scheduler_type: str = _help("learning-rate schedule (linear, cosine, constant, ...)", default="linear")
+    eval_strategy: Literal["steps", "epoch"] = _help("evaluate (and checkpoint) every --eval_steps or every epoch",
+                                                     default="steps")
+    eval_steps: int | None = _help("steps between evaluations (default: about 5 evaluations per run)", default=None)
+    logging_steps: int | None = _help("steps between loss logs (default: about 50 logs per run)", default=None)
+    metric_for_best_model: str | None = _help(
+        "validation metric that picks the best checkpoint, e.g. accuracy, f1, exact_match, loss "
+        "(default: accuracy for classification, f1 otherwise)", default=None)
+    greater_is_better: bool | None = _help("whether a larger --metric_for_best_model is better (default: "
+                                           "True, False for loss)", default=None)
+    seed: int = _help("random seed (model init, data order, dropout)", default=42)
+    bf16: bool = _help("bfloat16 mixed precision", default=False)
+    use_cpu: bool = _help("train on the CPU even when a GPU is available", default=False)
+    dataloader_num_workers: int = _help("data loading worker processes", default=0)
+    report_to: str = _help("experiment trackers for Trainer ('none', 'tensorboard', 'wandb', ...)", default="none")
+    disable_tqdm: bool = _help("hide progress bars", default=False)
+    keep_checkpoints: bool = _help("keep the intermediate checkpoints in output_dir/checkpoints", default=False)
+    push_to_hub: str | None = _help("after training, export the final model and upload it to this Hub repo id "
+                                    "(needs --merge with --lora)", default=None)
+
+    def __post_init__(self):
+        if (self.model_name_or_path is None) == (self.arch is None):
+            raise FinetuneError("Pass exactly one of --model_name_or_path (a checkpoint folder) and --arch "
+                                "(a from-scratch model), got " +
+                                ("both." if self.arch else "neither."))
+        if self.task not in FINETUNE_TASKS:
+            raise FinetuneError(f"--task {self.task!r} is not a finetuning task; choose one of "
+                                f"{', '.join(FINETUNE_TASKS)}.")
+        if self.dataset is None and self.train_file is None:
+            raise FinetuneError("No data: pass --dataset (folder, file, Hub name or 'vader') or --train_file.")
+        if self.dataset is not None and self.train_file is not None:
+            raise FinetuneError("Pass either --dataset or --train_file/--validation_file/--test_file, not both.")
+        if self.merge and not self.lora:
+            raise FinetuneError("--merge folds LoRA adapters into the model; it needs --lora (full finetuning "
+                                "already writes a plain model).")
+        if self.push_to_hub and self.lora and not self.merge:
+            raise FinetuneError("--push_to_hub uploads a complete model: with --lora also pass --merge.")
+        for name in ("max_seq_length", "per_device_train_batch_size", "per_device_eval_batch_size",
+                     "gradient_accumulation_steps", "lora_r", "vocab_size", "max_answer_length"):
+            if getattr(self, name) < 1:
+                raise FinetuneError(f"--{name} must be >= 1, got {getattr(self, name)}.")
+        for name in ("max_train_samples", "max_eval_samples", "max_test_samples", "eval_steps", "logging_steps"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise FinetuneError(f"--{name} must be >= 1 (or left unset), got {value}.")
+        if not 0 < self.validation_split < 1:
+            raise FinetuneError(f"--validation_split must be between 0 and 1, got {self.validation_split}.")
+        if not 0 <= self.lora_dropout < 1:
+            raise FinetuneError(f"--lora_dropout must be in [0, 1), got {self.lora_dropout}.")
+        if self.learning_rate is not None and self.learning_rate <= 0:
+            raise FinetuneError(f"--learning_rate must be > 0, got {self.learning_rate}.")
+        if self.max_steps <= 0 and self.num_train_epochs <= 0:
+            raise FinetuneError("Set --num_train_epochs > 0 or --max_steps > 0.")
+        if self.task == QUESTION_ANSWERING and not 0 <= self.doc_stride < self.max_seq_length // 2:
+            raise FinetuneError(f"--doc_stride ({self.doc_stride}) must be >= 0 and below half of --max_seq_length "
+                                f"({self.max_seq_length}) so that windows advance.")
+
+    @classmethod
+    def from_file(cls, path, **overrides) -> "FinetuneArguments":
+        """Arguments from a YAML or JSON file (keys are the field names), with `overrides` applied."""
+        values = {**read_config_file(path), **overrides}
+        unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise FinetuneError(f"{path}: unknown option(s) {', '.join(unknown)}; see `hf-xfmr finetune --help`.")
+        return cls(**values)
+
+
+def read_config_file(path) -> dict:
+    """A YAML/JSON options file as a dict; numbers written like `1e-4` (a string for YAML 1.1) become floats."""
+    path = Path(path)
+    if not path.is_file():
+        raise FinetuneError(f"Options file {path} does not exist.")
+    text = path.read_text()
+    try:
+        if path.suffix == ".json":
+            values = json.loads(text)
+        else:
+            import yaml
+
+            values = yaml.safe_load(text)
+    except Exception as err:  # yaml.YAMLError / json.JSONDecodeError: both are the user's file
+        raise FinetuneError(f"Options file {path} cannot be parsed: {err}") from None
+    if not isinstance(values, dict):
+        raise FinetuneError(f"Options file {path} must hold a mapping of option names to values.")
+    hints = {f.name: f.type for f in dataclasses.fields(FinetuneArguments)}
+    for key, value in values.items():
+        if isinstance(value, str) and key in hints and float in getattr(hints[key], "__args__", (hints[key],)):
+            try:
+                values[key] = float(value)
+            except ValueError:
+                raise FinetuneError(f"Options file {path}: {key} must be a number, got {value!r}.") from None
+    return values
+
+
+@dataclass
+class FinetuneResult:
+    """What `finetune` produced. `metrics` holds "train", "eval" (best model on validation), "test" (when
+    there is a test split) and, for classification, "baseline" (majority-class accuracy)."""
+
+    metrics: dict
+    output_dir: Path
+    model_dir: Path | None  # full finetuning
+    adapter_dir: Path | None  # LoRA
+    merged_dir: Path | None  # LoRA + merge
+    log_file: Path
+    metrics_file: Path
+    best_checkpoint: str | None  # the checkpoint (name) reloaded at the end
+    label_names: list[str] | None
+    hub_folder: Path | None = None
+    model: Any = field(default=None, repr=False)  # the final model (PEFT-wrapped with LoRA, unless merged)
+    tokenizer: Any = field(default=None, repr=False)
+    trainer: Any = field(default=None, repr=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------
+
+def _builder(path: Path) -> tuple[str, dict]:
+    suffix = path.suffix.lower()
+    if suffix not in DATA_BUILDERS:
+        raise FinetuneError(f"{path}: unsupported file type {suffix!r}; use one of {', '.join(DATA_BUILDERS)}.")
+    return DATA_BUILDERS[suffix], ({"delimiter": "\t"} if suffix == ".tsv" else {})
+
+
+def _load_files(files: dict[str, str]):
+    import datasets
+
+    paths = {split: Path(p) for split, p in files.items() if p is not None}
+    for split, path in paths.items():
+        if not path.is_file():
+            raise FinetuneError(f"--{split}_file {path} does not exist.")
+    builders = [_builder(p) for p in paths.values()]
+    if any(b != builders[0] for b in builders):
+        raise FinetuneError("--train_file, --validation_file and --test_file must share one file type.")
+    name, kwargs = builders[0]
+    return datasets.load_dataset(name, data_files={s: str(p) for s, p in paths.items()}, **kwargs)
+
+
+def load_finetune_data(args: FinetuneArguments):
+    """The raw `DatasetDict` named by the arguments (before any split is made or column checked)."""
+    import datasets
+
+    if args.train_file is not None:
+        return _load_files({"train": args.train_file, "validation": args.validation_file, "test": args.test_file})
+    source = args.dataset
+    if source in BUILTIN_DATASETS:
+        from ..data.labelled import load_vader_sentiment
+
+        sources = args.dataset_config.split(",") if args.dataset_config else None
+        try:
+            return load_vader_sentiment(sources, num_classes=3 if source == "vader-3way" else 2)
+        except (FileNotFoundError, ValueError) as err:
+            raise FinetuneError(str(err)) from None
+    path = Path(source)
+    if path.is_dir():
+        if (path / "dataset_dict.json").is_file() or (path / "dataset_info.json").is_file():
+            loaded = datasets.load_from_disk(str(path))
+        else:
+            files = sorted(p for p in path.iterdir() if p.suffix.lower() in DATA_BUILDERS)
+            if not files:
+                raise FinetuneError(f"--dataset {path}: the folder holds no {'/'.join(DATA_BUILDERS)} files.")
+            loaded = datasets.load_dataset(str(path))
+    elif path.suffix.lower() in DATA_BUILDERS:
+        if not path.is_file():
+            raise FinetuneError(f"--dataset {path} does not exist.")
+        name, kwargs = _builder(path)
+        loaded = datasets.load_dataset(name, data_files={"train": str(path)}, **kwargs)
+    else:
+        try:
+            loaded = datasets.load_dataset(source, args.dataset_config)
+        except Exception as err:  # offline, unknown name, bad config: all the user's to fix
+            raise FinetuneError(f"--dataset {source!r} is neither a local folder/file nor a loadable dataset: "
+                                f"{type(err).__name__}: {err}") from None
+    if isinstance(loaded, datasets.Dataset):
+        loaded = datasets.DatasetDict({"train": loaded})
+    return loaded
+
+
+def _standard_splits(raw, args: FinetuneArguments):
+    """train / validation / (test): renames dev/valid, holds out a validation split when there is none."""
+    import datasets
+
+    splits = dict(raw)
+    for alias in ("valid", "dev", "val"):
+        if "validation" not in splits and alias in splits:
+            splits["validation"] = splits.pop(alias)
+    if "train" not in splits:
+        raise FinetuneError(f"The dataset has no 'train' split (splits: {', '.join(splits) or 'none'}).")
+    if "validation" not in splits:
+        if math.ceil(len(splits["train"]) * args.validation_split) >= len(splits["train"]):
+            raise FinetuneError(f"The train split ({len(splits['train'])} rows) is too small to hold out "
+                                f"--validation_split {args.validation_split} of it; add a validation split.")
+        held = splits["train"].train_test_split(test_size=args.validation_split, seed=args.seed)
+        splits["train"], splits["validation"] = held["train"], held["test"]
+    out = {name: splits[name] for name in ("train", "validation", "test") if name in splits}
+    for name, limit in (("train", args.max_train_samples), ("validation", args.max_eval_samples),
+                        ("test", args.max_test_samples)):
+        if name in out and limit is not None:
+            out[name] = out[name].select(range(min(limit, len(out[name]))))
+    for name, split in out.items():
+        if len(split) == 0:
+            raise FinetuneError(f"The {name!r} split is empty.")
+    return datasets.DatasetDict(out)
+
+
+@dataclass
+class _TaskData:
+    """The raw splits, the columns and labels found in them, and the tokenized features."""
+
+    raw: Any
+    columns: dict
+    label_names: list[str] | None
+    lookup: dict | None
+    features: dict = field(default_factory=dict)  # split -> tokenized Dataset (model inputs only)
+    qa_side: dict = field(default_factory=dict)  # split -> (example indices, context offsets) per feature
+    max_answer_length: int = 30
+
+
+def _inspect_columns(raw, args: FinetuneArguments) -> _TaskData:
+    columns = raw["train"].column_names
+    if args.task == CLASSIFICATION:
+        found = {
+            "text": pick_column(columns, args.text_column, TEXT_COLUMNS, "text", "text_column"),
+            "pair": pick_column(columns, args.text_pair_column, (), "second text", "text_pair_column")
+            if args.text_pair_column else None,
+            "label": pick_column(columns, args.label_column, LABEL_COLUMNS, "labels", "label_column"),
+        }
+    elif args.task == TAGGING:
+        found = {"tokens": pick_column(columns, args.tokens_column, TOKENS_COLUMNS, "words", "tokens_column"),
+                 "tags": pick_column(columns, args.tags_column, TAGS_COLUMNS, "tags", "tags_column")}
+    else:
+        found = {"question": pick_column(columns, args.question_column, (), "questions", "question_column"),
+                 "context": pick_column(columns, args.context_column, (), "contexts", "context_column"),
+                 "answers": pick_column(columns, args.answers_column, (), "answers", "answers_column")}
+    for split_name, split in raw.items():  # every split needs the columns found in train
+        missing = [c for c in found.values() if c is not None and c not in split.column_names]
+        if missing:
+            raise FinetuneError(f"Split {split_name!r} lacks column(s) {', '.join(missing)} (its columns: "
+                                f"{', '.join(split.column_names)}).")
+    names = lookup = None
+    if args.task == CLASSIFICATION:
+        names, lookup = label_mapping(raw, found["label"])
+    elif args.task == TAGGING:
+        names, lookup = label_mapping(raw, found["tags"], per_token=True)
+    else:
+        for split_name, split in raw.items():
+            check_answers(split, found["answers"], found["context"], split_name)
+    return _TaskData(raw=raw, columns=found, label_names=names, lookup=lookup)
+
+
+def _tokenize(data: _TaskData, tokenizer, args: FinetuneArguments, accepted: set[str]) -> None:
+    max_length = min(args.max_seq_length, tokenizer.model_max_length)
+    cols = data.columns
+    for split_name, split in data.raw.items():
+        if args.task == CLASSIFICATION:
+            fn, kwargs = tokenize_classification, dict(
+                tokenizer=tokenizer, text_column=cols["text"], pair_column=cols["pair"],
+                label_column=cols["label"], lookup=data.lookup, max_length=max_length)
+        elif args.task == TAGGING:
+            fn, kwargs = tokenize_tagging, dict(
+                tokenizer=tokenizer, tokens_column=cols["tokens"], tags_column=cols["tags"], lookup=data.lookup,
+                max_length=max_length, label_all_tokens=args.label_all_tokens)
+        else:
+            fn, kwargs = tokenize_qa, dict(
+                tokenizer=tokenizer, question_column=cols["question"], context_column=cols["context"],
+                answers_column=cols["answers"], max_length=max_length, stride=args.doc_stride)
+        features = split.map(fn, fn_kwargs=kwargs, batched=True, remove_columns=split.column_names,
+                             with_indices=args.task == QUESTION_ANSWERING, desc=f"tokenizing {split_name}")
+        if args.task == QUESTION_ANSWERING:
+            data.qa_side[split_name] = (list(features["example_index"]), list(features["context_offsets"]))
+        keep = [c for c in features.column_names if c in accepted]
+        data.features[split_name] = features.select_columns(keep)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizer and model
+# ---------------------------------------------------------------------------------------------
+
+def _training_texts(data: _TaskData, task: str) -> list[str]:
+    train, cols = data.raw["train"], data.columns
+    if task == CLASSIFICATION:
+        return list(train[cols["text"]]) + (list(train[cols["pair"]]) if cols["pair"] else [])
+    if task == TAGGING:
+        return [" ".join(words) for words in train[cols["tokens"]]]
+    return list(train[cols["question"]]) + list(train[cols["context"]])
+
+
+def _load_tokenizer(args: FinetuneArguments, data: _TaskData):
+    from transformers import AutoTokenizer
+
+    source = args.tokenizer_name_or_path or args.model_name_or_path
+    if source is not None:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source)
+        except (OSError, ValueError) as err:
+            flag = "--tokenizer_name_or_path" if args.tokenizer_name_or_path else "--model_name_or_path"
+            raise FinetuneError(f"No usable tokenizer in {source} ({flag}): {err}. Save one there with "
+                                "`tokenizer.save_pretrained` or pass --tokenizer_name_or_path.") from None
+    else:
+        from ..data.tokenizers import train_tokenizer
+
+        try:
+            tokenizer = train_tokenizer(args.arch, _training_texts(data, args.task), vocab_size=args.vocab_size,
+                                        model_max_length=args.max_seq_length)
+        except ValueError as err:
+            raise FinetuneError(f"Cannot train a tokenizer for --arch {args.arch}: {err} Pass "
+                                "--tokenizer_name_or_path.") from None
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise FinetuneError("The tokenizer has neither a pad nor an end-of-sequence token; batches cannot be "
+                                "padded.")
+        tokenizer.pad_token = tokenizer.eos_token  # GPT-style tokenizers: pad with EOS (masked out anyway)
+    if args.task in (TAGGING, QUESTION_ANSWERING) and not tokenizer.is_fast:
+        raise FinetuneError(f"{args.task} needs a fast tokenizer (word ids / character offsets); "
+                            f"{type(tokenizer).__name__} is not one.")
+    return tokenizer
+
+
+def _parse_overrides(text: str | None) -> dict:
+    if not text:
+        return {}
+    out = {}
+    for item in text.split(","):
+        if "=" not in item:
+            raise FinetuneError(f"--config_overrides: expected key=value, got {item!r}.")
+        key, value = (s.strip() for s in item.split("=", 1))
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def _label_kwargs(data: _TaskData) -> dict:
+    if data.label_names is None:
+        return {}
+    return {"num_labels": len(data.label_names), "id2label": dict(enumerate(data.label_names)),
+            "label2id": {name: i for i, name in enumerate(data.label_names)}}
+
+
+def _token_id_kwargs(config_class, tokenizer) -> dict:
+    declared = {f.name for f in dataclasses.fields(config_class)}
+    out = {}
+    for role in ("pad", "bos", "eos", "cls", "sep", "mask"):
+        token_id = getattr(tokenizer, f"{role}_token_id", None)
+        if f"{role}_token_id" in declared and token_id is not None:
+            out[f"{role}_token_id"] = token_id
+    return out
+
+
+def _model_class(arch, task: str):
+    try:
+        return arch.model_class(task)
+    except ValueError as err:
+        raise FinetuneError(f"Cannot finetune for {task}: {err}") from None
+
+
+def _adopt_checkpoint_labels(config: dict, model_class, data: _TaskData) -> None:
+    """Continuing from a checkpoint that already has this head and these labels keeps its label ids."""
+    id2label = config.get("id2label") or {}
+    names = [id2label[k] for k in sorted(id2label, key=int)]
+    if (data.label_names is None or (config.get("architectures") or [None])[0] != model_class.__name__
+            or sorted(names) != sorted(data.label_names) or names == data.label_names):
+        return
+    remap = {i: names.index(name) for i, name in enumerate(data.label_names)}
+    data.lookup = {value: remap[i] for value, i in data.lookup.items()}
+    data.label_names = names
+
+
+def _load_head(path: Path, task: str | None, data: "_TaskData | None" = None, **kwargs):
+    """(model, loading info) for `path`, an hf_xfmr or transformers checkpoint folder, with the head of
+    `task` (or of the class named in the folder's config when `task` is None)."""
+    import hf_xfmr
+    from hf_xfmr.models import get_architecture
+
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise FinetuneError(f"--model_name_or_path {path} is not a checkpoint folder (no config.json there).")
+    config = json.loads(config_file.read_text())
+    model_type = config.get("model_type")
+    with tempfile.TemporaryDirectory() as tmp:
+        source = path
+        if not str(model_type).startswith("xfmr-"):  # a transformers checkpoint: convert it, keeping its head
+            try:
+                converted = hf_xfmr.from_transformers(path)
+            except (ValueError, KeyError, TypeError, NotImplementedError, OSError) as err:
+                raise FinetuneError(f"Cannot use {path} (model_type {model_type!r}): {err}") from None
+            converted.save_pretrained(tmp)
+            source, model_type = Path(tmp), converted.config.model_type
+            config = json.loads((source / "config.json").read_text())
+        try:
+            arch = get_architecture(model_type)
+        except ValueError as err:
+            raise FinetuneError(f"--model_name_or_path {path}: {err}") from None
+        if task is None:
+            name = (kwargs["config"].architectures or [None])[0]
+            model_class = next((c for c in arch.classes.values() if c.__name__ == name), None)
+            if model_class is None:
+                raise FinetuneError(f"{name} is not an hf_xfmr {arch.name} class.")
+        else:
+            model_class = _model_class(arch, task)
+        if data is not None:
+            _adopt_checkpoint_labels(config, model_class, data)
+            kwargs.update(_label_kwargs(data))
+        model, info = model_class.from_pretrained(source, output_loading_info=True, ignore_mismatched_sizes=True,
+                                                  **kwargs)
+    _set_name_or_path(model, path)  # what PEFT records as the adapter's base
+    return model, info
+
+
+def _set_name_or_path(model, path: Path) -> None:
+    model.config._name_or_path = model.name_or_path = str(path.resolve())
+
+
+def _from_checkpoint(args: FinetuneArguments, data: "_TaskData"):
+    """(model, names of the modules the checkpoint did not provide)."""
+    path = Path(args.model_name_or_path)
+    model, info = _load_head(path, args.task, data)
+    mismatched = [entry[0] if isinstance(entry, tuple) else entry for entry in info.get("mismatched_keys", [])]
+    if mismatched:
+        logger.warning("Re-initialised %s: their shapes in %s do not fit this task's labels.", mismatched, path)
+    fresh = {key.rsplit(".", 1)[0] for key in [*info.get("missing_keys", []), *mismatched]}
+    return model, fresh
+
+
+def _scratch_architecture(args: FinetuneArguments):
+    """(architecture, model class) for --arch and --task, or a FinetuneError."""
+    from hf_xfmr.models import get_architecture
+
+    try:
+        arch = get_architecture(args.arch)
+    except ValueError as err:
+        raise FinetuneError(f"--arch: {err}") from None
+    return arch, _model_class(arch, args.task)
+
+
+def _from_scratch(args: FinetuneArguments, data: _TaskData, tokenizer):
+    arch, model_class = _scratch_architecture(args)
+    kwargs = {"vocab_size": _vocab_size(tokenizer), **_token_id_kwargs(arch.config_class, tokenizer),
+              **_label_kwargs(data), **_parse_overrides(args.config_overrides)}
+    try:
+        config = arch.config_class.from_preset(args.preset, **kwargs)
+    except (ValueError, TypeError, KeyError) as err:
+        raise FinetuneError(f"Cannot build a {args.arch} {args.preset!r} config: {err}") from None
+    return model_class(config), None
+
+
+def _vocab_size(tokenizer) -> int:
+    """Embedding rows the tokenizer needs: its largest id + 1 (can exceed len(tokenizer) when ids have gaps)."""
+    return max(len(tokenizer), max(tokenizer.get_vocab().values()) + 1)
+
+
+def _check_vocab(model, tokenizer) -> None:
+    vocab = model.get_input_embeddings().num_embeddings
+    if _vocab_size(tokenizer) > vocab:
+        raise FinetuneError(f"The tokenizer produces ids up to {_vocab_size(tokenizer) - 1} but the model has only "
+                            f"{vocab} embeddings: they do not belong together. Pass the tokenizer the model was "
+                            "trained with.")
+
+
+# ---------------------------------------------------------------------------------------------
+# LoRA
+# ---------------------------------------------------------------------------------------------
+
+def head_modules(model) -> list[str]:
+    """Top-level modules with parameters other than the backbone (`model.<base_model_prefix>`): the task head."""
+    backbone = model.base_model_prefix
+    return [name for name, module in model.named_children()
+            if name != backbone and any(True for _ in module.parameters())]
+
+
+def lora_targets(model, requested: list[str] | None) -> list[str]:
+    """`requested` module names after checking the model has each, else the defaults the model has."""
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    if requested:
+        missing = [t for t in requested if t not in present]
+        if missing:
+            own = ", ".join(t for t in DEFAULT_LORA_TARGETS if t in present) or "none of the defaults"
+            raise FinetuneError(f"--lora_target_modules: {', '.join(missing)} not found in "
+                                f"{type(model).__name__}; its projections include {own}.")
+        return list(requested)
+    found = [t for t in DEFAULT_LORA_TARGETS if t in present]
+    if not found:
+        raise FinetuneError(f"{type(model).__name__} has none of the default LoRA targets "
+                            f"({', '.join(DEFAULT_LORA_TARGETS)}); pass --lora_target_modules.")
+    return found
+
+
+def apply_lora(model, task: str, *, r: int = 8, alpha: int = 16, dropout: float = 0.05,
+               target_modules: list[str] | None = None, fresh_modules=None):
+    """Wrap `model` in a PEFT LoRA model. Trained in full and saved with the adapter: the task head, and
+    `fresh_modules` (modules the checkpoint did not provide, e.g. a new pooler)."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    task_type = {CLASSIFICATION: TaskType.SEQ_CLS, TAGGING: TaskType.TOKEN_CLS,
+                 QUESTION_ANSWERING: TaskType.QUESTION_ANS}[task]
+    targets = lora_targets(model, target_modules)
+    to_save = head_modules(model)
+    for name in sorted(fresh_modules or ()):
+        if not any(name == h or name.startswith(h + ".") for h in to_save) and name.rsplit(".", 1)[-1] not in targets:
+            to_save.append(name)
+    config = LoraConfig(task_type=task_type, r=r, lora_alpha=alpha, lora_dropout=dropout,
+                        target_modules=targets, modules_to_save=to_save)
+    return get_peft_model(model, config)
+
+
+def load_adapter_model(adapter_dir, base_model_name_or_path=None):
+    """A PEFT model from an `adapter/` folder written by `finetune`: a fresh base is loaded from the original
+    checkpoint (recorded in the adapter config; or `base_model_name_or_path`) with the head config saved
+    next to the adapter (labels, num_labels), then the adapter and the trained head are attached."""
+    from peft import PeftConfig, PeftModel
+    from transformers import AutoConfig
+
+    import hf_xfmr  # noqa: F401  (registers the architectures)
+
+    adapter_dir = Path(adapter_dir)
+    if not (adapter_dir / "adapter_config.json").is_file():
+        raise FinetuneError(f"{adapter_dir} is not an adapter folder (no adapter_config.json).")
+    base = base_model_name_or_path or PeftConfig.from_pretrained(adapter_dir).base_model_name_or_path
+    if not base:
+        raise FinetuneError(f"{adapter_dir}: the adapter does not record its base model; pass base_model_name_or_path.")
+    model, _ = _load_head(Path(base), None, config=AutoConfig.from_pretrained(adapter_dir))
+    return PeftModel.from_pretrained(model, adapter_dir)
+
+
+# ---------------------------------------------------------------------------------------------
+# Trainer
+# ---------------------------------------------------------------------------------------------
+
+def _jsonl_callback(path: Path):
+    from transformers import TrainerCallback
+
+    class JsonlLogCallback(TrainerCallback):
+        """Appends each Trainer log (the entries of `state.log_history`) to a JSON-lines file as it happens."""
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if state.is_world_process_zero and state.log_history:
+                with open(path, "a") as f:
+                    f.write(json.dumps(state.log_history[-1]) + "\n")
+
+    return JsonlLogCallback()
+
+
+def _compute_metrics(task: str, data: _TaskData, split: str):
+    if task == CLASSIFICATION:
+        return lambda p: classification_metrics(p.predictions, p.label_ids)
+    if task == TAGGING:
+        outside = next((i for i, n in enumerate(data.label_names) if n.upper() == "O"), None)
+        return lambda p: tagging_metrics(p.predictions, p.label_ids, outside)
+    raw, cols = data.raw[split], data.columns
+    contexts = list(raw[cols["context"]])
+    references = [answers["text"] for answers in raw[cols["answers"]]]
+    examples, offsets = data.qa_side[split]
+
+    def qa(p):
+        start_logits, end_logits = p.predictions
+        answers = postprocess_qa(contexts, examples, offsets, start_logits, end_logits,
+                                 max_answer_length=data.max_answer_length)
+        return qa_metrics(answers, references)
+
+    return qa
+
+
+def _argmax_logits(logits, labels):
+    return logits.argmax(-1)
+
+
+def _auto_interval(total_steps: int, count: int) -> int:
+    return max(1, total_steps // count)
+
+
+def _training_arguments(args: FinetuneArguments, train_size: int, checkpoints: Path):
+    from transformers import TrainingArguments
+
+    if args.max_steps > 0:
+        total = args.max_steps
+    else:
+        per_epoch = math.ceil(train_size / (args.per_device_train_batch_size * args.gradient_accumulation_steps))
+        total = math.ceil(per_epoch * args.num_train_epochs)
+    eval_steps = args.eval_steps or _auto_interval(total, 5)
+    metric = args.metric_for_best_model or DEFAULT_BEST_METRIC[args.task]
+    return TrainingArguments(
+        output_dir=str(checkpoints), num_train_epochs=args.num_train_epochs, max_steps=args.max_steps,
+        per_device_train_batch_size=args.per_device_train_batch_size,
+        per_device_eval_batch_size=args.per_device_eval_batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        learning_rate=args.learning_rate or (5e-4 if args.lora else 5e-5), weight_decay=args.weight_decay,
+        warmup_steps=args.warmup_steps, lr_scheduler_type=args.lr_scheduler_type,
+        eval_strategy=args.eval_strategy, save_strategy=args.eval_strategy, eval_steps=eval_steps,
+        save_steps=eval_steps, logging_steps=args.logging_steps or _auto_interval(total, 50),
+        load_best_model_at_end=True, metric_for_best_model=metric, greater_is_better=args.greater_is_better,
+        save_total_limit=None if args.keep_checkpoints else 2, save_only_model=True, seed=args.seed,
+        bf16=args.bf16, use_cpu=args.use_cpu, dataloader_num_workers=args.dataloader_num_workers,
+        report_to=args.report_to, disable_tqdm=args.disable_tqdm, remove_unused_columns=False,
+        label_names=["start_positions", "end_positions"] if args.task == QUESTION_ANSWERING else ["labels"],
+    )
+
+
+def _collator(task: str, tokenizer):
+    from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, default_data_collator
+
+    if task == CLASSIFICATION:
+        return DataCollatorWithPadding(tokenizer)
+    if task == TAGGING:
+        return DataCollatorForTokenClassification(tokenizer)
+    return default_data_collator  # QA features are padded to max_seq_length already
+
+
+def _preflight(model, collator, features, task: str) -> None:
+    """One forward pass on the two longest training rows, so that a model/data mismatch (too long for the
+    position table, token types the model lacks, ...) fails now with a clear message, not mid-training."""
+    import torch
+
+    lengths = [len(ids) for ids in features["input_ids"]]
+    longest = sorted(range(len(lengths)), key=lambda i: -lengths[i])[:2]
+    batch = collator([features[i] for i in longest])
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(**{k: v.to(model.device) for k, v in batch.items()})
+    except (ValueError, IndexError, RuntimeError) as err:
+        raise FinetuneError(f"The model cannot run on the tokenized {task} data (longest rows: {max(lengths)} "
+                            f"tokens): {err}") from None
+    finally:
+        model.train(was_training)
+
+
+def _majority_baseline(data: _TaskData, split: str) -> float:
+    import numpy as np
+
+    train = np.asarray(data.features["train"]["labels"])
+    majority = int(np.bincount(train).argmax())
+    return float(np.mean(np.asarray(data.features[split]["labels"]) == majority))
+
+
+def _check_hub() -> tuple:
+    try:
+        from hf_xfmr.hub import export, publish
+    except ImportError:
+        raise FinetuneError("--push_to_hub needs hf_xfmr.hub.export/publish, which this installation does not "
+                            "provide yet.") from None
+    return export, publish
+
+
+def _publish(hub, model, tokenizer, args: FinetuneArguments, metrics: dict, log_file: Path, folder: Path,
+             given_dataset: bool) -> Path:
+    """`--push_to_hub REPO`: export the final model (merged with --lora) as a self-contained Hub folder with a
+    model card (test metrics, or validation ones without a test split; the training settings; the loss
+    curve of the log), then upload that folder. Credentials come from HF_TOKEN or `hf auth login`."""
+    export, publish = hub
+    split, prefix = ("test", "test_") if "test" in metrics else ("eval", "eval_")
+    card_metrics = {k.removeprefix(prefix): v for k, v in metrics[split].items()
+                    if isinstance(v, float) and not k.endswith(("_runtime", "_per_second", "loss")) and k != "epoch"}
+    training = {"task": args.task, "lora": args.lora,
+                "learning_rate": args.learning_rate or (5e-4 if args.lora else 5e-5),
+                "epochs": args.num_train_epochs if args.max_steps <= 0 else None, "max_steps": args.max_steps
+                if args.max_steps > 0 else None, "per_device_train_batch_size": args.per_device_train_batch_size,
+                "max_seq_length": args.max_seq_length, "best_checkpoint": metrics.get("best_checkpoint")}
+    if args.lora:
+        training.update(lora_r=args.lora_r, lora_alpha=args.lora_alpha)
+    from_args = not given_dataset
+    source = (args.dataset or args.train_file) if from_args else "a custom dataset"
+    if from_args and args.dataset in BUILTIN_DATASETS:
+        source = "the VADER human-rated sentences (Hutto & Gilbert, ICWSM 2014; vaderSentiment sdist, MIT)"
+    on_hub = (from_args and args.dataset is not None and args.dataset not in BUILTIN_DATASETS
+              and not Path(args.dataset).exists())
+    results = ", ".join(f"{k} {v:.4g}" for k, v in card_metrics.items())
+    description = f"Finetuned with `hf-xfmr finetune` for {args.task} on {source}" + (
+        f" ({'test' if split == 'test' else 'validation'} split: {results})." if results else ".")
+    # The card's model-index needs a Hub dataset id; metrics on local data go into the description only.
+    card = dict(metrics=card_metrics or None, eval_dataset=args.dataset, eval_dataset_config=args.dataset_config,
+                eval_split="test" if split == "test" else "validation") if on_hub and card_metrics else {}
+    export(model, tokenizer, folder, repo_id=args.push_to_hub, description=description, **card,
+           training={k: v for k, v in training.items() if v is not None}, training_logs=str(log_file), overwrite=True)
+    publish(folder, args.push_to_hub)
+    return folder
+
+
+def _prepare_output(args: FinetuneArguments) -> Path:
+    out = Path(args.output_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not args.overwrite_output_dir:
+            raise FinetuneError(f"--output_dir {out} exists and is not empty; pass --overwrite_output_dir or "
+                                "choose another folder.")
+        for name in ("model", "adapter", "merged", "base", "checkpoints", "hub", "log_history.jsonl", "metrics.json"):
+            target = out / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            elif target.exists():
+                target.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> FinetuneResult:
+    """Finetune a model as `args` says; see the module docstring for what is written where.
+
+    dataset: a `datasets.DatasetDict` (or `Dataset`, used as train) to use instead of `args.dataset`.
+    tokenizer: a tokenizer object to use instead of loading or training one.
+    Raises `FinetuneError` for bad input, before any training starts.
+    """
+    import datasets
+    import transformers
+    from transformers import Trainer
+
+    hub = _check_hub() if args.push_to_hub else None
+    if args.model_name_or_path is not None and not (Path(args.model_name_or_path) / "config.json").is_file():
+        raise FinetuneError(f"--model_name_or_path {args.model_name_or_path} is not a checkpoint folder (no "
+                            "config.json there).")
+    if args.arch is not None:
+        _scratch_architecture(args)  # fail on an unknown architecture or head before loading any data
+    out = _prepare_output(args)
+    transformers.set_seed(args.seed)
+
+    if dataset is None:
+        raw = load_finetune_data(args)
+    elif isinstance(dataset, datasets.Dataset):
+        raw = datasets.DatasetDict({"train": dataset})
+    else:
+        raw = dataset
+    data = _inspect_columns(_standard_splits(raw, args), args)
+    data.max_answer_length = args.max_answer_length
+    tokenizer = tokenizer if tokenizer is not None else _load_tokenizer(args, data)
+    if args.model_name_or_path is not None:
+        model, fresh = _from_checkpoint(args, data)
+    else:
+        model, fresh = _from_scratch(args, data, tokenizer)
+        if args.lora:
+            logger.warning("LoRA on a from-scratch (randomly initialised) model trains only adapters and the head; "
+                           "its initial weights are saved in %s/base for reloading the adapter.", out)
+    _check_vocab(model, tokenizer)
+    accepted = set(inspect.signature(model.forward).parameters) & set(MODEL_INPUTS)
+    _tokenize(data, tokenizer, args, accepted)
+    collator = _collator(args.task, tokenizer)
+    _preflight(model, collator, data.features["train"], args.task)
+    if args.lora:
+        if fresh is None:  # from scratch: the adapter's base is this initialisation, so keep it
+            model.save_pretrained(out / "base")
+            tokenizer.save_pretrained(out / "base")
+            _set_name_or_path(model, out / "base")
+        model = apply_lora(model, args.task, r=args.lora_r, alpha=args.lora_alpha, dropout=args.lora_dropout,
+                           target_modules=args.lora_target_modules, fresh_modules=fresh)
+
+    log_file = out / "log_history.jsonl"
+    checkpoints = out / "checkpoints"
+    trainer = Trainer(
+        model=model, args=_training_arguments(args, len(data.features["train"]), checkpoints),
+        train_dataset=data.features["train"], eval_dataset=data.features["validation"],
+        processing_class=tokenizer, data_collator=collator,
+        compute_metrics=_compute_metrics(args.task, data, "validation"),
+        preprocess_logits_for_metrics=None if args.task == QUESTION_ANSWERING else _argmax_logits,
+        callbacks=[_jsonl_callback(log_file)],
+    )
+    train_output = trainer.train()
+    best = trainer.state.best_model_checkpoint
+    metrics = {"train": train_output.metrics, "eval": trainer.evaluate()}
+    if "test" in data.features:
+        trainer.compute_metrics = _compute_metrics(args.task, data, "test")
+        metrics["test"] = trainer.evaluate(data.features["test"], metric_key_prefix="test")
+    if args.task == CLASSIFICATION:
+        metrics["baseline"] = {f"{split}_majority_accuracy": _majority_baseline(data, split)
+                               for split in ("validation", "test") if split in data.features}
+    metrics["best_checkpoint"] = Path(best).name if best else None
+
+    model = trainer.model
+    model_dir = adapter_dir = merged_dir = hub_folder = None
+    if args.lora:
+        adapter_dir = out / "adapter"
+        model.save_pretrained(adapter_dir)
+        base = model.get_base_model()
+        base.config.architectures = [type(base).__name__]  # the head class, not the checkpoint's
+        base.config.save_pretrained(adapter_dir)  # so load_adapter_model rebuilds this head with these labels
+        tokenizer.save_pretrained(adapter_dir)
+        if args.merge:
+            model = model.merge_and_unload()
+            merged_dir = out / "merged"
+            model.save_pretrained(merged_dir)
+            tokenizer.save_pretrained(merged_dir)
+    else:
+        model_dir = out / "model"
+        trainer.save_model(str(model_dir))
+        tokenizer.save_pretrained(model_dir)
+    if hub is not None:
+        hub_folder = _publish(hub, model, tokenizer, args, metrics, log_file, out / "hub", dataset is not None)
+    if not args.keep_checkpoints:
+        shutil.rmtree(checkpoints, ignore_errors=True)
+
+    metrics_file = out / "metrics.json"
+    metrics_file.write_text(json.dumps(metrics, indent=2) + "\n")
+    saved_args = {k: v for k, v in dataclasses.asdict(args).items()}
+    (out / "finetune_args.json").write_text(json.dumps(saved_args, indent=2) + "\n")
+    return FinetuneResult(
+        metrics=metrics, output_dir=out, model_dir=model_dir, adapter_dir=adapter_dir, merged_dir=merged_dir,
+        log_file=log_file, metrics_file=metrics_file, best_checkpoint=metrics["best_checkpoint"],
+        label_names=data.label_names, hub_folder=hub_folder, model=model, tokenizer=tokenizer, trainer=trainer,
+    )
