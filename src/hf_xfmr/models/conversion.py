@@ -22,9 +22,12 @@ from transformers import PretrainedConfig, PreTrainedModel
 TASK_CONFIG_FIELDS = ("id2label", "label2id", "problem_type")
 
 
+_PLACEHOLDER = re.compile(r"\\\{([a-z])\\\}")  # `{i}` as it reads after re.escape
+
+
 def _rule_regex(template: str) -> re.Pattern:
-    """'layers.{i}.attn.' -> a regex matching that prefix and capturing the layer index."""
-    return re.compile("^" + re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)"))
+    """'groups.{i}.layers.{j}.attn.' -> a regex matching that prefix and capturing each index by name."""
+    return re.compile("^" + _PLACEHOLDER.sub(r"(?P<\1>\\d+)", re.escape(template)))
 
 
 @dataclass(frozen=True)
@@ -58,10 +61,13 @@ def transpose(tensor: torch.Tensor) -> torch.Tensor:
 class Conversion:
     """How one transformers architecture maps onto ours.
 
-    Rules are (our key prefix, transformers key prefix) pairs; `{i}` stands for a layer index.
+    Rules are (our key prefix, transformers key prefix) pairs; `{i}` stands for a layer index, and
+    further single-letter placeholders (`{j}`, ...) for nested indices (ALBERT's groups of layers).
     `body_rules` rename keys of the base model (relative to it); `head_rules` rename head keys of the
-    full model, and `task_head_rules[task]` (tried first) those of one task only (GPT-2 calls the
-    sequence classifier `score` but the token classifier `classifier`). `aliases` lists transformers
+    full model, and `task_head_rules[task]` (tried first) those of one task only, for heads whose
+    transformers names clash with another task's (GPT-2 calls the sequence classifier `score` but the
+    token classifier `classifier`; DistilBERT's `classifier` is the last layer of a two-layer head in
+    sequence classification, the only layer in token classification). `aliases` lists transformers
     keys that are tied copies of another transformers key (e.g. BERT's `cls.predictions.bias` is
     `cls.predictions.decoder.bias`). `tensor_rules` (`TensorRule`) convert base-model parameters whose
     layout differs (transposed, fused or split tensors) before any renaming. `config_extras` names
@@ -76,12 +82,12 @@ class Conversion:
     hf_base_prefix: str
     body_rules: tuple
     head_rules: tuple = ()
+    task_head_rules: dict = field(default_factory=dict)
     aliases: dict = field(default_factory=dict)
     check_hf_config: Callable | None = None  # raises for features we do not implement
     # Extra constructor arguments that mirror the source model (either side), e.g. whether a base model
     # has a pooler. Called as base_init_kwargs(source_model) for task "base" only.
     base_init_kwargs: Callable | None = None
-    task_head_rules: dict = field(default_factory=dict)  # task -> rules tried before `head_rules`
     tensor_rules: tuple = ()  # TensorRule entries for base-model parameters
     config_extras: tuple = ()
 
@@ -118,8 +124,7 @@ class Conversion:
             src, dst = (ours, theirs) if to_hf else (theirs, ours)
             match = _rule_regex(src).match(key)
             if match:
-                prefix = dst.replace("{i}", match.group("i")) if "{i}" in dst else dst
-                return prefix + key[match.end():]
+                return dst.format(**match.groupdict()) + key[match.end():]
         return None
 
     def _head_rules(self, task: str) -> tuple:
@@ -143,8 +148,8 @@ class Conversion:
                 match = first.match(key)
                 if match is None:
                     continue
-                index = match.groupdict().get("i")
-                names = [src_prefix + t.replace("{i}", index or "") for t in src_templates]
+                indices = match.groupdict()
+                names = [src_prefix + t.format(**indices) for t in src_templates]
                 missing = [name for name in names if name not in rest]
                 if missing:
                     raise KeyError(f"{self.hf_model_type}: {key!r} needs {missing} as well to be converted "
@@ -153,7 +158,7 @@ class Conversion:
                 result = rule.to_hf(*tensors) if to_hf else rule.from_hf(*tensors)
                 results = (result,) if to_hf else tuple(result)
                 for template, tensor in zip(dst_templates, results, strict=True):
-                    done[dst_prefix + template.replace("{i}", index or "")] = tensor
+                    done[dst_prefix + template.format(**indices)] = tensor
         return done, rest
 
     def state_dict_to_transformers(self, state_dict: dict, task: str) -> dict:

@@ -128,9 +128,12 @@ class TaskHead:
 
     # Hooks an architecture may override --------------------------------------------------------
     def classifier_dropout_prob(self) -> float:
-        """Dropout before the classifier: `classifier_dropout` when set, else the hidden dropout."""
+        """Dropout before the classifier: `classifier_dropout` (ALBERT: `classifier_dropout_prob`) when
+        set, else the hidden dropout."""
         config = self.config
         p = getattr(config, "classifier_dropout", None)
+        if p is None:
+            p = getattr(config, "classifier_dropout_prob", None)
         if p is None:
             for name in ("hidden_dropout_prob", "dropout", "hidden_dropout", "summary_last_dropout"):
                 if getattr(config, name, None) is not None:
@@ -293,8 +296,13 @@ class QuestionAnsweringHead(TaskHead):
 
     def __init__(self, config):
         super().__init__(config)
-        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.qa_outputs = self.build_qa_outputs(config)
         self.post_init()
+
+    def build_qa_outputs(self, config) -> nn.Module:
+        """The (start, end) scorer applied to every token: a linear layer by default (DistilBERT adds
+        dropout before it)."""
+        return nn.Linear(config.hidden_size, 2)
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, start_positions=None, end_positions=None, output_attentions=None,

@@ -1,0 +1,360 @@
+"""ALBERT: a BERT-style encoder with factorised embeddings and parameters shared across layers.
+
+Paper: Lan et al., 2020, "ALBERT: A Lite BERT for Self-supervised Learning of Language Representations",
+https://arxiv.org/abs/1909.11942. Parity reference: transformers' `AlbertModel` and heads, through
+`convert_albert.py`.
+
+What differs from BERT (paper sec. 3.1):
+- factorised embeddings: tokens are embedded in a small space E (V x E) and projected to the hidden
+  width C by one linear map (E -> C), so the vocabulary costs V*E + E*C instead of V*C parameters;
+  the MLM head projects back down to E and decodes with the (tied) V x E matrix;
+- cross-layer sharing: the `num_hidden_layers` layer applications draw their weights from
+  `num_hidden_groups` groups, each holding `inner_group_num` distinct layers. With one group of one
+  layer (every published ALBERT) the same layer is applied `num_hidden_layers` times:
+
+      embeddings (V x E) -> hidden_proj (E -> C) -> [group g(i)] x num_hidden_layers -> pooler
+      group g(i) = layer_groups[i // (num_hidden_layers / num_hidden_groups)] = inner layers 0..inner_group_num-1
+
+- sentence-order prediction (SOP, sec. 4.2) replaces NSP in `ForPreTraining`.
+
+Deliberate deviations from the reference (outputs are unchanged):
+- gradient checkpointing works (each layer application is checkpointed; transformers' ALBERT lacks it);
+- `num_hidden_groups` must divide `num_hidden_layers` (the reference silently accepts uneven groups);
+- with `config.sparse_prediction` in training mode with labels, the MLM head projects only labelled
+  positions onto the vocabulary (`logits` is then (N, V)); the loss is the same number;
+- module names are the ones shared by every hf_xfmr model (`q_proj`, ..., `up_proj`, `down_proj`).
+As in the reference (and unlike Google's TF code), the feed-forward output has no dropout.
+
+Shapes: B batch, T sequence length, E embedding size, C hidden size, H heads, D head size (C / H),
+V vocabulary size, N number of labelled (masked) positions.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPooling, ModelOutput
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from ...layers.attention import ATTENTION_KERNELS, eager_attention_forward
+from ...layers.dropout import Dropout
+from ...layers.init import normal_init_
+from ...layers.masks import padding_mask
+from ...layers.mlp import MLP, get_activation
+from ..heads import (
+    DropoutLinear,
+    MaskedLMHead,
+    MultipleChoiceHead,
+    QuestionAnsweringHead,
+    SequenceClassificationHead,
+    TaskHead,
+    TokenClassificationHead,
+    masked_lm_logits_and_loss,
+)
+from ..input_checks import check_encoder_inputs, check_labels_shape
+from ..losses import token_loss
+from .configuration_albert import XfmrAlbertConfig
+
+
+class XfmrAlbertEmbeddings(nn.Module):
+    """Token + position + token type embeddings of width E, LayerNorm and dropout, then E -> C."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.embedding_size, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.embedding_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.embedding_size)
+        self.norm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
+        self.dropout = Dropout(config.hidden_dropout_prob)
+        self.hidden_proj = nn.Linear(config.embedding_size, config.hidden_size)  # the factorisation's E -> C
+
+    def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None):
+        """`inputs_embeds` are (B, T, E): vectors of the small embedding space, as `word_embeddings` gives."""
+        if inputs_embeds is None:
+            inputs_embeds = self.word_embeddings(input_ids)  # (B, T, E)
+        seq_len = inputs_embeds.shape[1]
+        if position_ids is None:
+            position_ids = torch.arange(seq_len, device=inputs_embeds.device).unsqueeze(0)  # (1, T)
+        embeddings = inputs_embeds + self.position_embeddings(position_ids)
+        if token_type_ids is None:
+            embeddings = embeddings + self.token_type_embeddings.weight[0]  # every token is segment A
+        else:
+            embeddings = embeddings + self.token_type_embeddings(token_type_ids)
+        return self.hidden_proj(self.dropout(self.norm(embeddings)))  # (B, T, E) -> (B, T, C)
+
+
+class XfmrAlbertAttention(nn.Module):
+    """Multi-head self-attention; the kernel (eager, sdpa, ...) is picked by `config._attn_implementation`."""
+
+    is_causal = False  # read by transformers' kernels: never treat a missing mask as causal
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_dim**-0.5
+        self.dropout_p = config.attention_probs_dropout_prob
+        self.q_proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.k_proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.v_proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.o_proj = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
+        batch, seq_len, _ = hidden_states.shape
+        shape = (batch, seq_len, self.num_heads, self.head_dim)
+        q = self.q_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
+        k = self.k_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
+        v = self.v_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
+
+        implementation = "eager" if output_attentions else self.config._attn_implementation
+        # Our eager/sdpa kernels (layers/attention.py) first; any other registered kernel (flex, custom) as is.
+        attention = ATTENTION_KERNELS.get(implementation) or ALL_ATTENTION_FUNCTIONS.get_interface(
+            implementation, eager_attention_forward
+        )
+        out, weights = attention(
+            self, q, k, v, attention_mask,
+            scaling=self.scaling, dropout=self.dropout_p if self.training else 0.0,
+        )
+        out = out.reshape(batch, seq_len, -1)  # (B, T, H, D) -> (B, T, C)
+        return self.o_proj(out), weights
+
+
+class XfmrAlbertLayer(GradientCheckpointingLayer):
+    """Post-LN block: x = LN(x + dropout(Attn(x))); x = LN(x + MLP(x)). One instance may run many times."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.attn = XfmrAlbertAttention(config)
+        self.attn_dropout = Dropout(config.hidden_dropout_prob)
+        self.attn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.mlp = MLP(config.hidden_size, config.intermediate_size, config.hidden_act, dropout=0.0)
+        self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
+        attn_out, weights = self.attn(hidden_states, attention_mask, output_attentions)
+        hidden_states = self.attn_norm(hidden_states + self.attn_dropout(attn_out))
+        hidden_states = self.mlp_norm(hidden_states + self.mlp(hidden_states))
+        return hidden_states, weights
+
+
+class XfmrAlbertLayerGroup(nn.Module):
+    """`inner_group_num` distinct layers, applied in order each time the group is used."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.layers = nn.ModuleList(XfmrAlbertLayer(config) for _ in range(config.inner_group_num))
+
+
+class XfmrAlbertPooler(nn.Module):
+    """tanh(W h_[CLS] + b): the sentence representation used by SOP and sequence-level heads."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states):
+        return torch.tanh(self.dense(hidden_states[:, 0]))  # (B, C)
+
+
+class XfmrAlbertPreTrainedModel(PreTrainedModel):
+    config_class = XfmrAlbertConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["XfmrAlbertLayerGroup"]
+    _supports_sdpa = True
+    _supports_flash_attn = False  # padded batches would need unpadding
+    _supports_flex_attn = False
+
+    def _init_weights(self, module):
+        normal_init_(module, self.config.initializer_range)
+
+
+class XfmrAlbertModel(XfmrAlbertPreTrainedModel):
+    """The encoder: factorised embeddings, `num_hidden_layers` applications of shared layers, optional pooler."""
+
+    def __init__(self, config, add_pooling_layer: bool = True):
+        super().__init__(config)
+        self.embeddings = XfmrAlbertEmbeddings(config)
+        self.layer_groups = nn.ModuleList(XfmrAlbertLayerGroup(config) for _ in range(config.num_hidden_groups))
+        self.pooler = XfmrAlbertPooler(config) if add_pooling_layer else None
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    def layer_schedule(self):
+        """The layers in the order they are applied: `num_hidden_layers` x `inner_group_num` entries."""
+        per_group = self.config.num_hidden_layers // self.config.num_hidden_groups
+        return [layer for i in range(self.config.num_hidden_layers)
+                for layer in self.layer_groups[i // per_group].layers]
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ):
+        """Inputs as for BERT; `inputs_embeds` is (B, T, E). `hidden_states` holds the projected embeddings
+        and the output of every layer application (1 + num_hidden_layers * inner_group_num entries)."""
+        check_encoder_inputs(
+            input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
+            vocab_size=self.config.vocab_size, type_vocab_size=self.config.type_vocab_size,
+            max_positions=self.config.max_position_embeddings,
+        )
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = (
+            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+
+        hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, C)
+        # A mask of all ones is dropped so SDPA can take its fastest unmasked kernel (kept when compiling).
+        mask = None
+        if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
+            mask = padding_mask(attention_mask)  # (B, 1, 1, T) bool, True = attend
+
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for layer in self.layer_schedule():
+            hidden_states, weights = layer(hidden_states, mask, output_attentions)
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            if output_attentions:
+                all_attentions += (weights,)
+
+        pooled = self.pooler(hidden_states) if self.pooler is not None else None
+        output = BaseModelOutputWithPooling(
+            last_hidden_state=hidden_states, pooler_output=pooled,
+            hidden_states=all_hidden_states, attentions=all_attentions,
+        )
+        return output if return_dict else output.to_tuple()
+
+
+class XfmrAlbertLMHead(nn.Module):
+    """MLM head: dense C -> E, activation, LayerNorm, then the decoder E -> V (tied to the input embeddings)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.embedding_size)
+        self.act = get_activation(config.hidden_act)
+        self.norm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(config.embedding_size, config.vocab_size)
+
+    def forward(self, hidden_states):
+        return self.decoder(self.norm(self.act(self.dense(hidden_states))))  # (..., C) -> (..., V)
+
+
+# -- task heads (shared machinery in models/heads.py; ALBERT states its backbone and pooling) --------
+class XfmrAlbertForMaskedLM(MaskedLMHead, XfmrAlbertPreTrainedModel):
+    base_model_class = XfmrAlbertModel
+    base_model_kwargs = {"add_pooling_layer": False}
+    lm_head_class = XfmrAlbertLMHead
+    _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
+
+
+@dataclass
+class XfmrAlbertForPreTrainingOutput(ModelOutput):
+    """Output of `XfmrAlbertForPreTraining`: MLM logits, SOP logits and their summed loss."""
+
+    loss: torch.Tensor | None = None
+    prediction_logits: torch.Tensor | None = None
+    sop_logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+class XfmrAlbertForPreTraining(TaskHead, XfmrAlbertPreTrainedModel):
+    """MLM + sentence-order prediction (SOP): is segment B the continuation of A (0) or swapped (1)?"""
+
+    base_model_class = XfmrAlbertModel
+    base_model_kwargs = {"add_pooling_layer": True}
+    _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.lm_head = XfmrAlbertLMHead(config)
+        # `num_labels` outputs (2 by default), as the reference sizes its SOP classifier.
+        self.sop_head = DropoutLinear(config.hidden_size, config.num_labels, self.classifier_dropout_prob())
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, sentence_order_label=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None):
+        """`labels` (B, T) as for MLM; `sentence_order_label` (B,): 0 = A then B (original order), 1 = swapped.
+
+        The loss is the MLM loss when `labels` are given, plus the SOP loss when `sentence_order_label` is.
+        """
+        source = input_ids if input_ids is not None else inputs_embeds
+        check_labels_shape("labels", labels, None if source is None else tuple(source.shape[:2]))
+        if sentence_order_label is not None and source is not None and (
+                sentence_order_label.reshape(-1).shape[0] != source.shape[0]):
+            raise ValueError(f"`sentence_order_label` must hold one label per sequence ({source.shape[0]}), "
+                             f"got shape {tuple(sentence_order_label.shape)}.")
+        out = self.encode(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                          position_ids=position_ids, inputs_embeds=inputs_embeds,
+                          output_attentions=output_attentions, output_hidden_states=output_hidden_states)
+        sparse = self.config.sparse_prediction and self.training
+        logits, loss = masked_lm_logits_and_loss(self.lm_head, out.last_hidden_state, labels, sparse)
+        sop_logits = self.sop_head(out.pooler_output)  # (B, num_labels)
+        if sentence_order_label is not None:
+            sop_loss = token_loss(sop_logits, sentence_order_label)
+            loss = sop_loss if loss is None else loss + sop_loss
+        return self.finish(XfmrAlbertForPreTrainingOutput(
+            loss=loss, prediction_logits=logits, sop_logits=sop_logits,
+            hidden_states=out.hidden_states, attentions=out.attentions), return_dict)
+
+
+class XfmrAlbertForSequenceClassification(SequenceClassificationHead, XfmrAlbertPreTrainedModel):
+    """Pooled [CLS] (tanh pooler) -> dropout (`classifier_dropout_prob`) -> linear. Regression when `num_labels == 1`."""
+
+    base_model_class = XfmrAlbertModel
+    base_model_kwargs = {"add_pooling_layer": True}
+    pooling = "pooler"
+
+
+class XfmrAlbertForTokenClassification(TokenClassificationHead, XfmrAlbertPreTrainedModel):
+    base_model_class = XfmrAlbertModel
+    base_model_kwargs = {"add_pooling_layer": False}
+
+
+class XfmrAlbertForQuestionAnswering(QuestionAnsweringHead, XfmrAlbertPreTrainedModel):
+    base_model_class = XfmrAlbertModel
+    base_model_kwargs = {"add_pooling_layer": False}
+
+
+class XfmrAlbertForMultipleChoice(MultipleChoiceHead, XfmrAlbertPreTrainedModel):
+    """Each (context, choice) pair is encoded separately; pooled [CLS] -> one score per choice."""
+
+    base_model_class = XfmrAlbertModel
+    base_model_kwargs = {"add_pooling_layer": True}
+    pooling = "pooler"
+
+
+__all__ = [
+    "XfmrAlbertPreTrainedModel",
+    "XfmrAlbertModel",
+    "XfmrAlbertForPreTraining",
+    "XfmrAlbertForMaskedLM",
+    "XfmrAlbertForSequenceClassification",
+    "XfmrAlbertForTokenClassification",
+    "XfmrAlbertForQuestionAnswering",
+    "XfmrAlbertForMultipleChoice",
+]

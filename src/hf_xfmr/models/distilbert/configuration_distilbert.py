@@ -1,0 +1,89 @@
+"""Configuration of DistilBERT (Sanh et al., 2019, https://arxiv.org/abs/1910.01108).
+
+Field names follow transformers' `DistilBertConfig` (`dim`, `n_layers`, `n_heads`, `hidden_dim`, ...)
+so checkpoints convert field by field; `hidden_size`, `num_hidden_layers` and `num_attention_heads`
+are aliases of `dim`, `n_layers` and `n_heads`, as in transformers.
+"""
+
+from transformers import PretrainedConfig
+
+from ..config_utils import (
+    check_choice,
+    check_divisible,
+    check_positive_float,
+    check_positive_int,
+    check_probability,
+    check_token_id,
+    preset_kwargs,
+)
+from .presets import DISTILBERT_PRESETS
+
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
+
+
+class XfmrDistilBertConfig(PretrainedConfig):
+    r"""Configuration of an hf_xfmr DistilBERT model.
+
+    Args:
+        vocab_size: number of token ids.
+        max_position_embeddings: number of absolute positions.
+        sinusoidal_pos_embds: initialise the position table with fixed sinusoids (Vaswani et al., 2017)
+            instead of random values (the table stays trainable, as in transformers 5).
+        n_layers: number of encoder layers (alias `num_hidden_layers`).
+        n_heads: attention heads H per layer (alias `num_attention_heads`).
+        dim: width C of every layer (alias `hidden_size`); must be divisible by `n_heads`.
+        hidden_dim: width of the feed-forward block.
+        dropout: dropout on the embeddings, on each feed-forward output and before the token classifier.
+        attention_dropout: dropout on attention probabilities.
+        activation: feed-forward (and MLM head) activation, one of `ACTIVATIONS`.
+        initializer_range: standard deviation of the normal initialiser.
+        qa_dropout: dropout before the question-answering scorer.
+        seq_classif_dropout: dropout inside the sequence-classification / multiple-choice head.
+        pad_token_id / bos_token_id / eos_token_id: special token ids (None = absent).
+        tie_word_embeddings: share the input embedding matrix with the MLM decoder.
+        sparse_prediction: in training mode with labels, the MLM head projects only the labelled positions
+            (!= -100) onto the vocabulary. The loss is identical; `logits` then has shape (N_labelled, V).
+    """
+
+    model_type = "xfmr-distilbert"
+    presets = DISTILBERT_PRESETS
+    attribute_map = {"hidden_size": "dim", "num_attention_heads": "n_heads", "num_hidden_layers": "n_layers"}
+
+    vocab_size: int = 30522
+    max_position_embeddings: int = 512
+    sinusoidal_pos_embds: bool = False
+    n_layers: int = 6
+    n_heads: int = 12
+    dim: int = 768
+    hidden_dim: int = 3072
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    activation: str = "gelu"
+    initializer_range: float = 0.02
+    qa_dropout: float = 0.1
+    seq_classif_dropout: float = 0.2
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    tie_word_embeddings: bool = True
+    sparse_prediction: bool = False
+
+    def __post_init__(self, **kwargs):
+        for alias, name in self.attribute_map.items():  # resolve aliases first so they are validated too
+            if alias in kwargs:
+                setattr(self, name, kwargs.pop(alias))
+        for name in ("vocab_size", "max_position_embeddings", "n_layers", "n_heads", "dim", "hidden_dim"):
+            check_positive_int(name, getattr(self, name))
+        check_divisible("dim", self.dim, "n_heads", self.n_heads)
+        check_choice("activation", self.activation, ACTIVATIONS)
+        for name in ("dropout", "attention_dropout", "qa_dropout", "seq_classif_dropout"):
+            check_probability(name, getattr(self, name))
+        check_positive_float("initializer_range", self.initializer_range)
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            check_token_id(name, getattr(self, name), self.vocab_size)
+        super().__post_init__(**kwargs)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides):
+        """A config of a named size (`tiny`, `base`) with `overrides` applied."""
+        return cls(**preset_kwargs(cls.presets, name, overrides))

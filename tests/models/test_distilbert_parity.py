@@ -1,0 +1,209 @@
+"""DistilBERT against transformers, through the production converter.
+
+Every head, eager and sdpa, padded batches: every hidden state, logits, loss and the gradient of every
+parameter after one backward pass, at fp32 atol 1e-5; then the round trip back to transformers is exact.
+"""
+
+import pytest
+import torch
+import transformers
+from torch.testing import assert_close
+
+import hf_xfmr
+from hf_xfmr.models.conversion import convert_state_dict
+
+ATOL, RTOL = 1e-5, 1e-5
+VOCAB = 99
+
+HEADS = {
+    "base": "DistilBertModel",
+    "masked-lm": "DistilBertForMaskedLM",
+    "sequence-classification": "DistilBertForSequenceClassification",
+    "token-classification": "DistilBertForTokenClassification",
+    "question-answering": "DistilBertForQuestionAnswering",
+    "multiple-choice": "DistilBertForMultipleChoice",
+}
+
+TINY = dict(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=37, max_position_embeddings=64,
+            dropout=0.0, attention_dropout=0.0, qa_dropout=0.0, seq_classif_dropout=0.0)
+
+
+def tiny_config(**overrides):
+    return transformers.DistilBertConfig(**{**TINY, **overrides})
+
+
+def padded_batch(batch=3, seq_len=11, seed=0):
+    """Right padding: row 1 keeps 7 tokens, row 2 keeps 4."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, VOCAB, (batch, seq_len), generator=g)
+    mask = torch.ones(batch, seq_len, dtype=torch.long)
+    mask[1, 7:] = 0
+    mask[2, 4:] = 0
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def make_inputs(task, seed=0):
+    ids, mask = padded_batch(seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    inputs = dict(input_ids=ids, attention_mask=mask)
+    batch, seq_len = ids.shape
+    if task == "masked-lm":
+        chosen = (torch.rand(ids.shape, generator=g) < 0.3) & (mask == 1)
+        chosen[0, 0] = True
+        inputs["labels"] = torch.where(chosen, ids, -100)
+    elif task == "sequence-classification":
+        inputs["labels"] = torch.randint(0, 3, (batch,), generator=g)
+    elif task == "token-classification":
+        inputs["labels"] = torch.randint(0, 3, (batch, seq_len), generator=g).masked_fill(mask == 0, -100)
+    elif task == "question-answering":
+        inputs["start_positions"] = torch.randint(0, 4, (batch,), generator=g)
+        inputs["end_positions"] = torch.tensor([5, 6, 30])  # the last one is out of range: ignored
+    elif task == "multiple-choice":
+        inputs = {k: torch.stack([v, v.roll(1, dims=1)], dim=1) for k, v in inputs.items()}  # (B, K=2, T)
+        inputs["labels"] = torch.randint(0, 2, (batch,), generator=g)
+    return inputs
+
+
+def build_pair(task, attn="sdpa", **overrides):
+    num_labels = 2 if task == "question-answering" else 3  # DistilBERT's QA head insists on 2
+    ref = getattr(transformers, HEADS[task])._from_config(tiny_config(num_labels=num_labels, **overrides),
+                                                          attn_implementation=attn)
+    ours = hf_xfmr.from_transformers(ref)
+    assert type(ours).__name__ == "Xfmr" + HEADS[task]
+    assert ours.config._attn_implementation == attn
+    return ref, ours
+
+
+def outputs_of(output):
+    named = {}
+    for key, value in output.items():
+        if isinstance(value, torch.Tensor):
+            named[key] = value
+        elif isinstance(value, tuple):
+            named.update({f"{key}.{i}": v for i, v in enumerate(value)})
+    return named
+
+
+def grads_of(model):
+    return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+
+
+def check_outputs_and_gradients(ref, ours, task, inputs, attn):
+    ref.train(), ours.train()  # dropout is 0: training mode is deterministic and builds gradients
+    extra = dict(output_hidden_states=True, output_attentions=attn == "eager")
+    ref_out, our_out = ref(**inputs, **extra), ours(**inputs, **extra)
+    ref_named, our_named = outputs_of(ref_out), outputs_of(our_out)
+    assert set(ref_named) == set(our_named)
+    for key in ref_named:
+        assert_close(our_named[key], ref_named[key], atol=ATOL, rtol=RTOL, msg=lambda m: f"{key}: {m}")
+
+    if task == "base":
+        ref_out.last_hidden_state.square().mean().backward()
+        our_out.last_hidden_state.square().mean().backward()
+    else:
+        assert torch.isfinite(ref_out.loss)
+        ref_out.loss.backward()
+        our_out.loss.backward()
+    ref_grads = convert_state_dict(grads_of(ref), "distilbert", task, to_hf=False)
+    our_grads = grads_of(ours)
+    assert len(our_grads) == len(list(ours.parameters()))
+    for name, grad in our_grads.items():
+        assert_close(grad, ref_grads[name], atol=ATOL, rtol=RTOL, msg=lambda m: f"grad {name}: {m}")
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("task", list(HEADS))
+def test_parity_outputs_loss_and_gradients(task, attn):
+    ref, ours = build_pair(task, attn)
+    check_outputs_and_gradients(ref, ours, task, make_inputs(task), attn)
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(activation="relu"), dict(activation="gelu_new"), dict(tie_word_embeddings=False),
+    dict(sinusoidal_pos_embds=True),
+])
+def test_parity_for_config_variants(overrides):
+    ref, ours = build_pair("masked-lm", **overrides)
+    for key, value in overrides.items():
+        assert getattr(ours.config, key) == value
+    tied = ours.lm_head.decoder.weight is ours.model.embeddings.word_embeddings.weight
+    assert tied == overrides.get("tie_word_embeddings", True)
+    check_outputs_and_gradients(ref, ours, "masked-lm", make_inputs("masked-lm"), "sdpa")
+
+
+def test_sinusoidal_positions_are_initialised_like_the_reference():
+    torch.manual_seed(0)
+    ref = transformers.DistilBertModel(tiny_config(sinusoidal_pos_embds=True))
+    ours = hf_xfmr.models.distilbert.XfmrDistilBertModel(hf_xfmr.from_transformers(ref).config)
+    table = ours.embeddings.position_embeddings.weight
+    assert_close(table, ref.embeddings.position_embeddings.weight, atol=1e-6, rtol=0)
+    assert_close(table[0, :4], torch.tensor([0.0, 1.0, 0.0, 1.0]))  # sin(0), cos(0), ...
+    assert table.requires_grad  # trainable, as in transformers 5
+
+
+@pytest.mark.parametrize("task", list(HEADS))
+def test_round_trip_is_exact(task):
+    ref, ours = build_pair(task)
+    back = hf_xfmr.to_transformers(ours)
+    assert type(back) is type(ref)
+    ref_state, back_state = ref.state_dict(), back.state_dict()
+    assert ref_state.keys() == back_state.keys()
+    for name in ref_state:
+        assert torch.equal(ref_state[name], back_state[name]), name
+    again = hf_xfmr.from_transformers(back)
+    assert again.config.to_diff_dict() == ours.config.to_diff_dict()
+    for (name, a), (_, b) in zip(ours.state_dict().items(), again.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_two_layer_classifier_maps_onto_pre_classifier_and_classifier():
+    ref, ours = build_pair("sequence-classification")
+    assert torch.equal(ours.classifier.dense.weight, ref.pre_classifier.weight)
+    assert torch.equal(ours.classifier.out_proj.weight, ref.classifier.weight)
+    ref_tokens, ours_tokens = build_pair("token-classification")
+    assert torch.equal(ours_tokens.classifier.weight, ref_tokens.classifier.weight)  # a plain linear there
+
+
+def test_inputs_embeds_explicit_positions_and_pad_content():
+    ref, ours = build_pair("base")
+    ref.eval(), ours.eval()
+    ids, mask = padded_batch()
+    embeds = ref.get_input_embeddings()(ids)
+    assert_close(ours(inputs_embeds=embeds, attention_mask=mask).last_hidden_state,
+                 ref(inputs_embeds=embeds, attention_mask=mask).last_hidden_state, atol=ATOL, rtol=RTOL)
+    positions = torch.arange(ids.shape[1]).flip(0).expand_as(ids)
+    assert_close(ours(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state,
+                 ref(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state,
+                 atol=ATOL, rtol=RTOL)
+    noisy = torch.where(mask == 1, ids, torch.randint(3, VOCAB, ids.shape))
+    a = ours(input_ids=ids, attention_mask=mask).last_hidden_state
+    b = ours(input_ids=noisy, attention_mask=mask).last_hidden_state
+    assert_close(a[mask.bool()], b[mask.bool()], atol=1e-6, rtol=0)
+
+
+def test_sparse_prediction_gives_the_reference_loss():
+    ref, ours = build_pair("masked-lm")
+    ours.train()
+    inputs = make_inputs("masked-lm")
+    dense = ours(**inputs)
+    ours.config.sparse_prediction = True
+    sparse = ours(**inputs)
+    labelled = inputs["labels"] != -100
+    assert sparse.logits.shape == (int(labelled.sum()), VOCAB)
+    assert_close(sparse.logits, dense.logits[labelled], atol=1e-6, rtol=0)
+    assert_close(sparse.loss, ref(**inputs).loss, atol=ATOL, rtol=RTOL)
+    ours.eval()
+    assert ours(**inputs).logits.shape == (*inputs["input_ids"].shape, VOCAB)
+
+
+def test_convert_from_directory_and_pick_a_new_head(tmp_path):
+    ref = transformers.DistilBertForMaskedLM(tiny_config()).eval()
+    ref.save_pretrained(tmp_path)
+    ours = hf_xfmr.from_transformers(tmp_path)
+    assert type(ours).__name__ == "XfmrDistilBertForMaskedLM"
+    ids, mask = padded_batch()
+    assert_close(ours(input_ids=ids, attention_mask=mask).logits, ref(input_ids=ids, attention_mask=mask).logits,
+                 atol=ATOL, rtol=RTOL)
+    qa = hf_xfmr.from_transformers(tmp_path, task="question-answering")
+    assert type(qa).__name__ == "XfmrDistilBertForQuestionAnswering"
+    assert torch.equal(qa.model.layers[1].mlp.up_proj.weight, ref.distilbert.transformer.layer[1].ffn.lin1.weight)
