@@ -192,7 +192,7 @@ def test_unsupported_architectures_and_inputs_raise_clear_errors(tmp_path):
     opt = transformers.OPTModel(transformers.OPTConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2,
                                                        ffn_dim=32, vocab_size=50, word_embed_proj_dim=16,
                                                        max_position_embeddings=32))
-    with pytest.raises(ValueError, match="cannot convert transformers model type 'opt'; supported: bert"):
+    with pytest.raises(ValueError, match="cannot convert transformers model type 'opt'; supported: .*bert"):
         hf_xfmr.from_transformers(opt)
     with pytest.raises(FileNotFoundError, match="no config.json"):
         hf_xfmr.from_transformers(tmp_path)

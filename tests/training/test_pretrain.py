@@ -81,12 +81,12 @@ def test_objectives_train_and_save_a_loadable_model(tmp_path, saved_tokenizer, a
     assert [r["step"] for r in train] == [1, 2, 3, 4] and set(train[0]) == TRAIN_KEYS
     assert all(r["loss"] > 0 and r["grad_norm"] > 0 and r["tokens_per_second"] > 0 for r in train)
     evals = [r for r in records if "eval_loss" in r]
-    expected = {"step", "epoch", "eval_loss", "eval_perplexity", "eval_accuracy"}
+    expected = {"step", "epoch", "eval_loss", "eval_perplexity", "eval_accuracy", "eval_majority_accuracy"}
     if objective == "mlm+nsp":
         expected.add("eval_nsp_accuracy")
     assert len(evals) == 1 and set(evals[0]) == expected
     assert evals[0]["eval_perplexity"] == pytest.approx(torch.tensor(evals[0]["eval_loss"]).exp().item())
-    assert 0 <= evals[0]["eval_accuracy"] <= 1
+    assert 0 <= evals[0]["eval_accuracy"] <= 1 and 0 < evals[0]["eval_majority_accuracy"] < 1
 
     loaded, info = auto_class.from_pretrained(result.model_dir, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]

@@ -12,7 +12,7 @@ from hf_xfmr.models import registry
 from hf_xfmr.models.bert import XfmrBertConfig, XfmrBertForMaskedLM
 from hf_xfmr.training import Objective, ObjectiveSettings, PretrainArguments, PretrainCallback, get_objective, pretrain
 import hf_xfmr.training.objectives as objectives_module
-from hf_xfmr.training.objectives import chunk_documents, token_accuracy_counts
+from hf_xfmr.training.objectives import chunk_documents, target_histogram, token_accuracy_counts
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +83,12 @@ def test_token_accuracy_reads_dense_and_sparse_logits_alike():
     shifted = torch.zeros(1, 3, 5)
     shifted[0, 0, 4] = shifted[0, 1, 1] = 1.0
     assert token_accuracy_counts(shifted, torch.tensor([[9, 4, 2]]), shift=True) == (1, 2)
+
+
+def test_target_histogram_counts_labelled_positions_only():
+    labels = torch.tensor([[-100, 3, -100, 3], [2, -100, 3, -100]])
+    assert target_histogram(labels, 5).tolist() == [0, 0, 1, 3, 0]
+    assert target_histogram(torch.tensor([[9, 4, 4]]), 10, shift=True).tolist() == [0] * 4 + [2] + [0] * 5
 
 
 # ----------------------------------------------------------------------------------------------

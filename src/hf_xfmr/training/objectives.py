@@ -291,6 +291,14 @@ def token_accuracy_counts(logits: torch.Tensor, labels: torch.Tensor, shift: boo
     return int((predicted == labels[labelled]).sum()), total
 
 
+def target_histogram(labels: torch.Tensor, size: int, shift: bool = False) -> torch.Tensor:
+    """How often each token id is a target (label not -100): a float64 (size,) tensor on the CPU."""
+    if shift:
+        labels = labels[:, 1:]
+    targets = labels[labels != IGNORE_INDEX].cpu()
+    return torch.bincount(targets, minlength=size)[:size].to(torch.float64)
+
+
 def _sentence_metric(name: str, logits_key: str, label_key: str):
     def counts(batch, outputs):
         logits = getattr(outputs, logits_key, None)

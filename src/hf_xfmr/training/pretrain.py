@@ -49,7 +49,14 @@ from .data import (
     train_batches,
 )
 from .logs import LOG_FILE, RunLog
-from .objectives import Objective, ObjectiveSettings, check_tokenizer, get_objective, token_accuracy_counts
+from .objectives import (
+    Objective,
+    ObjectiveSettings,
+    check_tokenizer,
+    get_objective,
+    target_histogram,
+    token_accuracy_counts,
+)
 from .optim import build_optimizer, lr_multiplier, micro_batches_before, micro_batches_per_step, parameter_groups
 
 TOKENIZER_DIR = "tokenizer"
@@ -347,11 +354,17 @@ def _zero_loss(outputs) -> torch.Tensor:
 
 @torch.no_grad()
 def evaluate(run: PretrainRun, batches: list) -> dict[str, float]:
-    """Loss (weighted by targets), perplexity, masked-token accuracy (+ objective metrics), over all processes."""
+    """Loss (weighted by targets), perplexity, masked-token accuracy (+ objective metrics), over all processes.
+
+    `eval_majority_accuracy` is the accuracy of always predicting the most frequent target token of the
+    evaluation data: the baseline a model that learned nothing but unigram statistics would reach (it
+    is even given the held-out frequencies, so beating it means the model uses context).
+    """
     accelerator, model, objective = run.accelerator, run.model, run.objective
     model.eval()
     names: list[str] = []
     sums: dict[str, float] = {"loss": 0.0, "targets": 0.0, "correct": 0.0}
+    histogram = torch.zeros(accelerator.unwrap_model(model).config.vocab_size, dtype=torch.float64)
     try:
         for batch, counts in batches:
             batch = _to_device(batch, accelerator.device)
@@ -368,6 +381,7 @@ def evaluate(run: PretrainRun, batches: list) -> dict[str, float]:
                 logits = outputs[objective.logits_key]
                 correct, _ = token_accuracy_counts(logits, labels, shift=objective.shift_labels)
                 sums["correct"] += correct
+                histogram += target_histogram(labels, histogram.numel(), shift=objective.shift_labels)
             for name, (num, den) in objective.metrics(batch, outputs).items():
                 if name not in names:
                     names.append(name)
@@ -377,8 +391,10 @@ def evaluate(run: PretrainRun, batches: list) -> dict[str, float]:
         model.train()
     keys = ["loss", "targets", "correct"] + [f"{n}.{p}" for n in sorted(names) for p in ("num", "den")]
     totals = torch.tensor([sums.get(k, 0.0) for k in keys], dtype=torch.float64, device=accelerator.device)
+    histogram = histogram.to(accelerator.device)
     if accelerator.num_processes > 1:
         totals = accelerator.reduce(totals, reduction="sum")
+        histogram = accelerator.reduce(histogram, reduction="sum")
     totals = dict(zip(keys, totals.tolist()))
     metrics: dict[str, float] = {}
     if totals["targets"]:
@@ -386,6 +402,7 @@ def evaluate(run: PretrainRun, batches: list) -> dict[str, float]:
         metrics["eval_loss"] = loss
         metrics["eval_perplexity"] = math.exp(loss) if loss < 700 else float("inf")
         metrics["eval_accuracy"] = totals["correct"] / totals["targets"]
+        metrics["eval_majority_accuracy"] = float(histogram.max()) / totals["targets"]
     for name in sorted(names):
         if totals[f"{name}.den"]:
             metrics[f"eval_{name}"] = totals[f"{name}.num"] / totals[f"{name}.den"]
