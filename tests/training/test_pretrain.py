@@ -223,7 +223,7 @@ def test_readme_snippets_run(tmp_path, monkeypatch):
     exec(train.replace("max_steps=2000,", "max_steps=2, max_documents=30, vocab_size=300, max_seq_length=32, "
                        "per_device_train_batch_size=4, save_steps=0, progress_bar=False,"), namespace)
     assert type(namespace["model"]).__name__ == "XfmrBertForMaskedLM"
-    assert set(namespace["result"].eval_metrics) == {"eval_loss", "eval_perplexity", "eval_accuracy"}
+    assert set(namespace["result"].eval_metrics) == {"eval_loss", "eval_perplexity", "eval_accuracy", "eval_majority_accuracy"}
     monkeypatch.setattr(table, "_OBJECTIVES", dict(table._OBJECTIVES))  # the snippet registers into a copy
     exec(register, {})
     objective = table.get_objective("mlm-40")
@@ -243,5 +243,5 @@ def test_push_to_hub_publishes_the_final_model_with_its_metrics_and_log(saved_to
     result = pretrain(_args(saved_tokenizer, tmp_path / "out", max_steps=2, push_to_hub="me/tiny-bert"))
     ((model, repo_id, kwargs),) = calls
     assert model is result.model and repo_id == "me/tiny-bert" and kwargs["tokenizer"] is result.tokenizer
-    assert set(kwargs["metrics"]) == {"loss", "perplexity", "accuracy"} and kwargs["training"]["steps"] == 2
+    assert set(kwargs["metrics"]) == {"loss", "perplexity", "accuracy", "majority_accuracy"} and kwargs["training"]["steps"] == 2
     assert read_log(kwargs["training_logs"]) == read_log(result.log_path)
