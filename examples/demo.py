@@ -1,141 +1,200 @@
-"""`make demo`: pretrain a small BERT with masked language modelling, offline, on CPU, in a few minutes.
+"""`make demo`: the whole product, offline, on a CPU, in a few minutes. Everything goes under demo_output/.
 
-1. trains a WordPiece tokenizer on the embedded corpus (Python's own documentation: no download);
-2. pretrains a small XfmrBertForMaskedLM with the whole-word MLM collator (15%, 80/10/10);
-3. shows the loss falling, measures masked-token accuracy on held-out paragraphs against a
-   most-frequent-token baseline, and fills masks with the transformers `fill-mask` pipeline;
-4. saves it as safetensors, reloads it through `AutoModelForMaskedLM`, and converts it to transformers'
-   `BertForMaskedLM` and back, checking that all three give the same logits.
+1. data: the embedded corpus (Python's own documentation) plus the unlabelled training sentences of the
+   VADER sentiment set (domain text for the finetuning task; its test sentences are never seen);
+2. tokenizers: one per architecture, trained on the embedded corpus with that architecture's special tokens;
+3. pretraining with `hf_xfmr.training.pretrain` (the loop behind `hf-xfmr pretrain`) of each
+   `--runs` architecture with its objective (by default a small BERT with masked language modelling and
+   a small GPT with causal language modelling), each with a progress bar and a falling loss; held-out accuracy on the predicted tokens against the accuracy of
+   always guessing the most frequent one;
+4. LoRA finetuning with `hf_xfmr.training.finetune` (Trainer + PEFT, behind `hf-xfmr finetune`) of the
+   first pretrained model on VADER sentiment (positive / negative), test accuracy against the
+   majority class; the adapter and the merged model are saved;
+5. a Hub-ready export of the finetuned model (`hf_xfmr.hub.export`): self-contained remote code,
+   safetensors, a model card with YAML front matter and a PNG of the loss curves, reloaded through
+   `AutoModelForSequenceClassification(trust_remote_code=True)` from the folder to check it.
 
-Options: `python examples/demo.py --steps 1000 --output demo_output` (about 1-2 minutes on 2 cores).
+Run `python examples/demo.py --help` for the options (fewer steps, other architectures).
 """
 
 import argparse
+import json
 import math
+import shutil
 import time
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
-from transformers import AutoModelForMaskedLM, pipeline
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-import hf_xfmr
-from hf_xfmr.data import DataCollatorForMLM, default_corpus, tokenize_for_mlm, train_tokenizer
+from hf_xfmr.data import default_corpus, train_tokenizer
 from hf_xfmr.data.corpus import document_text
-from hf_xfmr.models.bert import XfmrBertConfig, XfmrBertForMaskedLM
+from hf_xfmr.data.labelled import load_vader_sentiment
+from hf_xfmr.training import read_log
+from hf_xfmr.hub import export
+from hf_xfmr.models import get_architecture
+from hf_xfmr.training import FinetuneArguments, PretrainArguments, finetune, pretrain
+
+SENTENCES_PER_DOCUMENT = 20  # VADER sentences are grouped into pseudo-documents of this many
+# Small enough for a CPU, large enough to learn something in a few hundred steps (the "tiny" presets are for tests).
+DEMO_SIZES = {
+    "xlnet": dict(d_model=128, n_layer=2, n_head=4, d_inner=512),
+    "gpt": dict(n_embd=128, n_layer=2, n_head=4, n_inner=512),
+    "distilbert": dict(dim=128, n_layers=2, n_heads=4, hidden_dim=512),
+}
+DEFAULT_SIZE = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512)
 
 
-def parse_args():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=1000, help="optimizer steps (default 1000)")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--seq-len", type=int, default=64)
-    parser.add_argument("--vocab-size", type=int, default=4000)
-    parser.add_argument("--documents", type=int, default=600, help="documents of the embedded corpus to use")
-    parser.add_argument("--output", type=Path, default=Path("demo_output"))
+    parser.add_argument("--runs", default="bert:mlm,gpt:clm",
+                        help="architecture:objective pairs to pretrain, comma-separated; the first one is finetuned "
+                             "(default: modernbert:mlm,xlnet:plm)")
+    parser.add_argument("--pretrain-steps", type=int, default=400, help="optimizer steps per pretraining run")
+    parser.add_argument("--finetune-epochs", type=float, default=4.0, help="passes over the sentiment training set")
+    parser.add_argument("--vocab-size", type=int, default=4000, help="vocabulary size of each tokenizer")
+    parser.add_argument("--output", type=Path, default=Path("demo_output"), help="where everything is written")
     parser.add_argument("--seed", type=int, default=0)
-    return parser.parse_args()
+    parser.add_argument("--quick", action="store_true",
+                        help="a few steps of everything, to check that the pipeline runs (results are meaningless "
+                             "and the quality checks are skipped)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.pretrain_steps, args.finetune_epochs, args.vocab_size = 8, 0.02, 600
+    return args
 
 
-@torch.no_grad()
-def masked_token_accuracy(model, collator, train_examples, held_out, seed):
-    """Top-1 accuracy on the masked positions of held-out paragraphs, and the accuracy of always
-    predicting the most frequent training token (what a model that learned nothing but unigrams gets)."""
-    counts = torch.bincount(torch.tensor([i for ex in train_examples for i in ex["input_ids"]]),
-                            minlength=model.config.vocab_size)
-    counts[collator.special_ids] = 0
-    most_frequent = int(counts.argmax())
-    collator = DataCollatorForMLM(collator.tokenizer, mlm_probability=0.15, whole_word_mask=True, seed=seed + 1)
-    hits = baseline_hits = total = 0
-    for start in range(0, len(held_out), 64):
-        batch = collator(held_out[start:start + 64])
-        labels = batch.pop("labels")
-        logits = model(**batch).logits
-        labelled = labels != -100
-        hits += int((logits.argmax(-1)[labelled] == labels[labelled]).sum())
-        baseline_hits += int((labels[labelled] == most_frequent).sum())
-        total += int(labelled.sum())
-    return hits / total, baseline_hits / total
+def parse_runs(text: str) -> list[tuple[str, str]]:
+    runs = []
+    for item in text.split(","):
+        arch, sep, objective = item.strip().partition(":")
+        if not sep or not arch or not objective:
+            raise SystemExit(f"demo: --runs item {item!r} is not architecture:objective (e.g. modernbert:mlm)")
+        entry = get_architecture(arch)  # raises with the known names
+        if objective not in entry.objectives:
+            raise SystemExit(f"demo: {arch} does not train with {objective!r}; it supports {', '.join(entry.objectives)}")
+        runs.append((arch, objective))
+    return runs
 
 
-def main():
-    args = parse_args()
-    torch.manual_seed(args.seed)
+def write_pretraining_text(path: Path, sentiment_train) -> int:
+    """The embedded corpus plus the VADER training sentences (grouped), one JSON document per line."""
+    documents = [document_text(doc) for doc in default_corpus()]
+    sentences = list(sentiment_train["text"])
+    documents += ["\n".join(sentences[i:i + SENTENCES_PER_DOCUMENT])
+                  for i in range(0, len(sentences), SENTENCES_PER_DOCUMENT)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for text in documents:
+            f.write(json.dumps({"text": text}) + "\n")
+    return len(documents)
+
+
+def section(number: int, total: int, title: str) -> None:
+    print(f"\n[{number}/{total}] {title}", flush=True)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    runs = parse_runs(args.runs)
+    out = args.output
+    if out.exists():
+        shutil.rmtree(out)
     start = time.perf_counter()
+    steps = 5
 
-    corpus = default_corpus(max_documents=args.documents)
-    tokenizer = train_tokenizer("wordpiece", corpus, vocab_size=args.vocab_size)
-    print(f"[1/4] tokenizer: WordPiece, {len(tokenizer)} tokens, trained on {len(corpus)} embedded documents")
+    section(1, steps, "data")
+    sentiment = load_vader_sentiment(num_classes=2)
+    corpus_file = out / "data" / "pretraining.jsonl"
+    n_docs = write_pretraining_text(corpus_file, sentiment["train"])
+    print(f"      {n_docs} documents: the embedded corpus and {len(sentiment['train'])} unlabelled VADER training "
+          f"sentences -> {corpus_file}")
+    print("      sentiment splits: " + ", ".join(f"{name} {len(split)}" for name, split in sentiment.items()))
 
-    texts = [p for doc in corpus for p in document_text(doc).split("\n") if len(p.split()) >= 8]
-    encoded = tokenize_for_mlm(tokenizer, texts, max_length=args.seq_len)
-    examples = [dict(zip(encoded, values)) for values in zip(*encoded.values())]
-    held_out, examples = examples[:256], examples[256:]  # evaluation paragraphs never trained on
-    collator = DataCollatorForMLM(tokenizer, mlm_probability=0.15, whole_word_mask=True, seed=args.seed)
-    loader = DataLoader(examples, batch_size=args.batch_size, shuffle=True, collate_fn=collator,
-                        generator=torch.Generator().manual_seed(args.seed), drop_last=True)
+    section(2, steps, "tokenizers (trained on the embedded corpus)")
+    tokenizer_dirs = {}
+    for arch, _ in runs:
+        tokenizer = train_tokenizer(arch, vocab_size=args.vocab_size)
+        tokenizer_dirs[arch] = out / "tokenizers" / arch
+        tokenizer.save_pretrained(tokenizer_dirs[arch])
+        print(f"      {arch}: {len(tokenizer)} tokens -> {tokenizer_dirs[arch]}")
 
-    config = XfmrBertConfig(
-        vocab_size=len(tokenizer), hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=512, max_position_embeddings=args.seq_len, pad_token_id=tokenizer.pad_token_id,
-        sparse_prediction=True,
+    section(3, steps, "pretraining")
+    results = {}
+    for arch, objective in runs:
+        print(f"      {arch} with {objective}:", flush=True)
+        result = pretrain(PretrainArguments(
+            arch=arch, objective=objective, preset="tiny", config_overrides=DEMO_SIZES.get(arch, DEFAULT_SIZE), dataset=str(corpus_file), tokenizer=str(tokenizer_dirs[arch]),
+            max_seq_length=64, per_device_train_batch_size=32, max_steps=args.pretrain_steps, learning_rate=2e-3,
+            warmup_steps=0.06, lr_scheduler="cosine", logging_steps=min(10, args.pretrain_steps // 4), eval_steps=args.pretrain_steps // 4,
+            save_steps=0, report_to_tensorboard=False, output_dir=str(out / "pretrain" / arch),
+            overwrite_output_dir=True, seed=args.seed,
+        ))
+        train_losses = [r["loss"] for r in read_log(result.log_path) if "loss" in r]
+        first, last = _mean(train_losses[:3]), _mean(train_losses[-3:])
+        metrics = result.eval_metrics
+        print(f"      loss {first:.2f} -> {last:.2f} (uniform guessing: {math.log(result.model.config.vocab_size):.2f}); "
+              f"held-out accuracy on the predicted tokens {metrics['eval_accuracy']:.1%} against "
+              f"{metrics['eval_majority_accuracy']:.1%} for always guessing the most frequent one")
+        if not args.quick and not last < first:
+            raise SystemExit(f"demo failed: the {arch} {objective} loss did not fall")
+        if not args.quick and not metrics["eval_accuracy"] > metrics["eval_majority_accuracy"]:
+            raise SystemExit(f"demo failed: {arch} predicts held-out tokens no better than the unigram baseline")
+        results[arch] = result
+
+    arch, _ = runs[0]
+    section(4, steps, f"LoRA finetuning of the pretrained {arch} on VADER sentiment")
+    tuned = finetune(FinetuneArguments(
+        model_name_or_path=str(results[arch].model_dir), dataset="vader", lora=True, lora_r=16, lora_alpha=32,
+        merge=True, num_train_epochs=args.finetune_epochs, learning_rate=2e-3, per_device_train_batch_size=32,
+        max_seq_length=64, output_dir=str(out / "finetune"), overwrite_output_dir=True, seed=args.seed,
+        disable_tqdm=False,
+    ))
+    accuracy = tuned.metrics["test"]["test_accuracy"]
+    majority = tuned.metrics["baseline"]["test_majority_accuracy"]
+    print(f"      test accuracy {accuracy:.1%} against {majority:.1%} for always answering the majority class")
+    print(f"      adapter -> {tuned.adapter_dir}; merged model -> {tuned.merged_dir}")
+    if not args.quick and not accuracy > majority:
+        raise SystemExit("demo failed: the finetuned model is no better than the majority class")
+
+    section(5, steps, "Hub-ready export of the finetuned model")
+    model = AutoModelForSequenceClassification.from_pretrained(tuned.merged_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tuned.merged_dir)
+    folder = export(
+        model, tokenizer, out / "export", title=f"hf_xfmr demo: tiny {arch} for sentiment",
+        description=f"A tiny {arch} pretrained for {args.pretrain_steps} steps on Python's documentation and "
+                    "VADER sentences, then LoRA-finetuned on VADER sentiment (merged). A demonstration, not a "
+                    "useful model.",
+        training_logs={f"{a} pretraining": r.log_path for a, r in results.items()} | {"finetuning": tuned.log_file},
+        metrics={"accuracy": accuracy, "majority_class_accuracy": majority}, eval_dataset="vader",
+        eval_split="test", overwrite=True,
     )
-    model = XfmrBertForMaskedLM(config).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / 30) * 0.5 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps))
-    )
-    print(f"[2/4] pretraining {model.num_parameters() / 1e6:.1f}M-parameter BERT on {len(examples)} paragraphs")
-
-    losses, step = [], 0
-    with tqdm(total=args.steps, desc="MLM pretraining", unit="step") as bar:
-        while step < args.steps:
-            for batch in loader:
-                loss = model(**batch).loss
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step(), schedule.step(), optimizer.zero_grad(set_to_none=True)
-                losses.append(loss.item())
-                step += 1
-                bar.update(1)
-                bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
-                if step == args.steps:
-                    break
-    first, last = sum(losses[:20]) / 20, sum(losses[-20:]) / 20
-    print(f"      loss {first:.3f} -> {last:.3f} (uniform guessing would be {math.log(len(tokenizer)):.3f})")
-    if not last < first:
-        raise SystemExit("demo failed: the MLM loss did not fall")
-
-    model.eval()
-    accuracy, baseline = masked_token_accuracy(model, collator, examples, held_out, args.seed)
-    print(f"      held-out masked-token accuracy {accuracy:.1%} (always guessing the most frequent token: {baseline:.1%})")
-    if not accuracy > baseline:
-        raise SystemExit("demo failed: the model predicts masked tokens no better than the unigram baseline")
-    fill = pipeline("fill-mask", model=model, tokenizer=tokenizer, top_k=3)
-    for sentence in ("Return a new list [MASK] the same elements.", "The try statement is used [MASK] exception handling."):
-        guesses = ", ".join(f"{p['token_str']!r} ({p['score']:.2f})" for p in fill(sentence))
-        print(f"[3/4] {sentence!r} -> {guesses}")
-
-    args.output.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(args.output)
-    tokenizer.save_pretrained(args.output)
-    reloaded = AutoModelForMaskedLM.from_pretrained(args.output).eval()
-    reference = hf_xfmr.to_transformers(model).eval()
-    back = hf_xfmr.from_transformers(reference).eval()
-    batch = tokenizer(texts[:4], return_tensors="pt", padding=True, truncation=True, max_length=args.seq_len)
+    check = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
+    batch = tokenizer(["What a wonderful, happy day!", "This is awful and I hate it."], return_tensors="pt",
+                      padding=True)
     with torch.no_grad():
-        ours = model(**batch).logits
-        errors = {
-            f"AutoModelForMaskedLM ({type(reloaded).__name__})": (reloaded(**batch).logits - ours).abs().max(),
-            f"transformers {type(reference).__name__}": (reference(**batch).logits - ours).abs().max(),
-            "converted back": (back(**batch).logits - ours).abs().max(),
-        }
-    for name, err in errors.items():
-        print(f"[4/4] max |logit difference| vs {name}: {err:.2e}")
-    if max(errors.values()) > 1e-4:
-        raise SystemExit("demo failed: reloaded or converted model disagrees")
-    print(f"saved to {args.output}/ (model.safetensors, config.json, tokenizer) in {time.perf_counter() - start:.0f}s")
+        diff = (check(**batch).logits - model.eval()(**batch).logits).abs().max().item()
+    print(f"      {folder}: remote code, model.safetensors, README.md (model card), loss_curve.png; reloaded with "
+          f"trust_remote_code: max |logit difference| {diff:.1e}")
+    if diff > 1e-5:
+        raise SystemExit("demo failed: the exported model disagrees with the finetuned one")
+
+    print(f"\nDone in {time.perf_counter() - start:.0f} s. What is where:")
+    for path, what in [
+        (corpus_file, "pretraining text (JSON lines)"),
+        (out / "tokenizers", "one tokenizer per architecture"),
+        *[(r.model_dir, f"pretrained {a} (AutoModel.from_pretrained)") for a, r in results.items()],
+        *[(r.log_path, f"{a} pretraining log (JSON lines)") for a, r in results.items()],
+        (tuned.adapter_dir, "LoRA adapter (PeftModel.from_pretrained)"),
+        (tuned.merged_dir, "merged finetuned model"),
+        (folder, "Hub-ready export: `hf-xfmr publish` uploads it"),
+        (folder / "loss_curve.png", "loss curves"),
+    ]:
+        print(f"  {str(path):<45} {what}")
+
+
+def _mean(values) -> float:
+    return sum(values) / max(len(values), 1)
 
 
 if __name__ == "__main__":

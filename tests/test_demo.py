@@ -1,0 +1,46 @@
+"""`make demo` end to end in its quick mode: every step runs and leaves what it promises (the full run's
+quality checks — losses fall, accuracies beat their baselines — are the demo's own, not repeated here)."""
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_demo():
+    spec = importlib.util.spec_from_file_location("demo", ROOT / "examples" / "demo.py")
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    return demo
+
+
+@pytest.mark.slow
+def test_quick_demo_pretrains_finetunes_and_exports(tmp_path, capsys):
+    demo = _load_demo()
+    out = tmp_path / "demo"
+    demo.main(["--quick", "--runs", "bert:mlm,gpt:clm", "--output", str(out)])
+    printed = capsys.readouterr().out
+    assert "[5/5]" in printed and "Done in" in printed
+
+    for arch in ("bert", "gpt"):
+        assert (out / "pretrain" / arch / "model.safetensors").is_file()
+        rows = [json.loads(line) for line in (out / "pretrain" / arch / "log.jsonl").read_text().splitlines()]
+        assert any("loss" in row for row in rows) and any("eval_loss" in row for row in rows)
+    assert (out / "finetune" / "adapter" / "adapter_config.json").is_file()
+    export = out / "export"
+    assert {"config.json", "model.safetensors", "README.md", "loss_curve.png"} <= {p.name for p in export.iterdir()}
+    config = json.loads((export / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForSequenceClassification"].startswith("modeling_")
+    difference = re.search(r"max \|logit difference\| (\S+)", printed)
+    assert difference and float(difference.group(1)) <= 1e-5
+
+
+def test_runs_are_validated():
+    demo = _load_demo()
+    assert demo.parse_runs("bert:mlm, gpt:clm") == [("bert", "mlm"), ("gpt", "clm")]
+    with pytest.raises(SystemExit, match="architecture:objective"):
+        demo.parse_runs("bert")
