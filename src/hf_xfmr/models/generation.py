@@ -264,7 +264,8 @@ def _prompt_length(model, inputs, kwargs) -> tuple[int, int]:
     Decoder-only: the longest row of real tokens (left padding does not use positions) plus any
     cached tokens. Encoder-decoder: the decoder prompt only (the start token unless given).
     """
-    cached = cached_length(kwargs.get("past_key_values")) if isinstance(kwargs.get("past_key_values"), Cache) else 0
+    given = kwargs.get("cache", kwargs.get("past_key_values"))
+    cached = cached_length(given) if isinstance(given, Cache) else 0
     if getattr(model.config, "is_encoder_decoder", False):
         decoder_ids = kwargs.get("decoder_input_ids")
         length = 1 if decoder_ids is None else decoder_ids.shape[-1]
@@ -314,8 +315,10 @@ class CausalLMHead(TaskHead, CheckedGenerationMixin):
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 past_key_values=None, inputs_embeds=None, labels=None, use_cache=None, logits_to_keep=0,
                 output_attentions=None, output_hidden_states=None, return_dict=None, num_items_in_batch=None,
-                **kwargs):
-        """`labels` (B, T): usually the input ids, -100 on padding; shifted inside the model."""
+                cache=None, **kwargs):
+        """`labels` (B, T): usually the input ids, -100 on padding; shifted inside the model. `cache` is
+        transformers 5.24's name for `past_key_values` (what `generate` passes)."""
+        past_key_values = cache if cache is not None else past_key_values
         check_labels_shape("labels", labels, _input_shape(input_ids, inputs_embeds))
         out = self.encode(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                           position_ids=position_ids, past_key_values=past_key_values, inputs_embeds=inputs_embeds,
