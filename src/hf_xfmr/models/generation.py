@@ -62,6 +62,15 @@ def prepare_cache(past_key_values, use_cache: bool, config, cross_attention: boo
     return past_key_values
 
 
+def replayed_by_checkpointing(layers) -> bool:
+    """True when gradient checkpointing will run `layers` again in the backward pass. A cache they wrote
+    would be written a second time by the replay, so such a forward runs without one (as transformers'
+    layers do; done here because transformers renamed the cache argument it clears between releases)."""
+    first = layers[0] if len(layers) else None
+    return (first is not None and first.training and torch.is_grad_enabled()
+            and any(getattr(layer, "gradient_checkpointing", False) for layer in layers))
+
+
 def cached_length(past_key_values) -> int:
     """Number of tokens already in the cache (0 without one)."""
     return 0 if past_key_values is None else past_key_values.get_seq_length()

@@ -46,6 +46,7 @@ from ..generation import (
     decoder_position_ids,
     packed_document_ids,
     prepare_cache,
+    replayed_by_checkpointing,
 )
 from ..heads import (
     DropoutLinear,
@@ -203,6 +204,8 @@ class XfmrGPTModel(XfmrGPTPreTrainedModel):
         )
         if use_cache is None:
             use_cache = config.use_cache and not self.training
+        if replayed_by_checkpointing(self.layers):  # the replay would write a cache twice: train without one
+            use_cache, past_key_values = False, None
         past_key_values = prepare_cache(past_key_values, use_cache, config)
         past_length = cached_length(past_key_values)
         check_decoder_mask(attention_mask, batch, past_length, seq_len)
