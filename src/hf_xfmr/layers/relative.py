@@ -51,8 +51,10 @@ def rel_shift(scores: torch.Tensor, klen: int) -> torch.Tensor:
 def rel_gather(scores: torch.Tensor, positions: torch.Tensor, qlen: int, klen: int) -> torch.Tensor:
     """(B, H, R, J) position scores of R query rows at segment `positions` (B, R) -> (B, H, R, K):
     out[b, h, r, j] = scores[b, h, r, j + qlen - positions[b, r]] (the shift for arbitrary rows)."""
-    batch, heads, rows, _ = scores.shape
+    batch, heads, rows, width = scores.shape
     index = qlen - positions[:, None, :, None] + torch.arange(klen, device=scores.device)  # (B, 1, R, K)
+    if width < qlen + klen:  # "uni" tables stop at distance 0: future keys (masked anyway) read the last column
+        index = index.clamp(max=width - 1)
     return scores.gather(-1, index.expand(batch, heads, rows, klen))
 
 
@@ -91,14 +93,22 @@ def causal_hidden(query_index: torch.Tensor, klen: int, mlen: int, same_length: 
     return hidden
 
 
-def relative_attention(q, k, v, k_r, r_w_bias, r_r_bias, hidden=None, seg=None, positions=None, *, qlen: int,
+def additive_mask(hidden: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """Bool mask (True = masked) -> additive (0 / -1e30; -65500 in float16), as XLNet subtracts it: a masked
+    score still passes its gradient through, and a fully masked row averages all keys instead of giving NaN."""
+    if hidden is None:
+        return None
+    big = -65500.0 if dtype == torch.float16 else -1e30
+    return torch.zeros(hidden.shape, dtype=dtype, device=hidden.device).masked_fill_(hidden, big)
+
+
+def relative_attention(q, k, v, k_r, r_w_bias, r_r_bias, mask=None, seg=None, positions=None, *, qlen: int,
                        scale: float, dropout_p: float = 0.0, use_sdpa: bool = False, return_weights: bool = False):
     """Two-term relative attention (+ segment term): softmax(((q+u) k^T + shift((q+v) R^T) + ef) * scale) v.
 
     q (B, H, R, D); k, v (B, H, K, D); k_r (G, H, J, D), G in {1, 2, B}: the projected relative table,
-    shared by groups of B / G rows (2 groups with bi_data). r_w_bias, r_r_bias (H, D). hidden (B, R, K)
-    bool, True = masked (a masked score is set to -1e30, as the reference does, so a fully masked row
-    averages all keys instead of giving NaN). seg: a callable q -> (B, H, R, K) segment term, or None.
+    shared by groups of B / G rows (2 groups with bi_data). r_w_bias, r_r_bias (H, D). mask (B, R, K)
+    additive float from `additive_mask`, or None. seg: a callable q -> (B, H, R, K) segment term, or None.
     positions (B, R): segment positions of the query rows; None = the R = L segment rows in order.
     Returns (out (B, H, R, D), weights (B, H, R, K) or None).
     """
@@ -116,14 +126,14 @@ def relative_attention(q, k, v, k_r, r_w_bias, r_r_bias, hidden=None, seg=None, 
     q_w = q + r_w_bias[:, None]
     if use_sdpa and not return_weights:
         bias = bias * scale
-        if hidden is not None:
-            bias = bias.masked_fill(hidden[:, None], -1e30)
+        if mask is not None:
+            bias = bias + mask[:, None]
         out = torch.nn.functional.scaled_dot_product_attention(q_w, k, v, attn_mask=bias, dropout_p=dropout_p,
                                                                scale=scale)
         return out, None
     scores = torch.matmul(q_w, k.transpose(-1, -2)).add_(bias).mul_(scale)  # (B, H, R, K)
-    if hidden is not None:
-        scores = scores.masked_fill(hidden[:, None], -1e30)
+    if mask is not None:
+        scores = scores.add_(mask[:, None])
     weights = scores.softmax(dim=-1)
     probs = weights
     if dropout_p > 0.0:

@@ -55,6 +55,7 @@ from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
 from ...layers.mlp import get_activation
 from ...layers.relative import (
+    additive_mask,
     causal_hidden,
     permutation_hidden,
     relative_attention,
@@ -127,7 +128,7 @@ class XfmrXLNetRelativeAttention(nn.Module):
     def heads(self, x):
         return x.view(*x.shape[:-1], self.num_heads, self.head_dim).transpose(-3, -2)  # (..., T, C) -> (..., H, T, D)
 
-    def attend(self, q, k, v, k_r, hidden, query_types, key_types, positions, qlen, output_attentions):
+    def attend(self, q, k, v, k_r, mask, query_types, key_types, positions, qlen, output_attentions):
         """One stream: q (B, H, R, D) against the shared keys; returns ((B, R, C) before o_proj, weights)."""
         seg = None
         if key_types is not None:
@@ -135,7 +136,7 @@ class XfmrXLNetRelativeAttention(nn.Module):
                 return segment_bias(q_ + self.r_s_bias[:, None], self.seg_embed, query_types, key_types)
         implementation = self.config._attn_implementation
         out, weights = relative_attention(
-            q, k, v, k_r, self.r_w_bias, self.r_r_bias, hidden, seg, positions, qlen=qlen, scale=self.scaling,
+            q, k, v, k_r, self.r_w_bias, self.r_r_bias, mask, seg, positions, qlen=qlen, scale=self.scaling,
             dropout_p=self.config.dropout if self.training else 0.0, use_sdpa=implementation == "sdpa",
             return_weights=output_attentions,
         )
@@ -167,7 +168,7 @@ class XfmrXLNetLayer(GradientCheckpointingLayer):
         self.attn_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.mlp = XfmrXLNetFeedForward(config)
 
-    def forward(self, h, g, pos_emb, mem=None, hidden_h=None, hidden_g=None, g_positions=None, g_mapping=None,
+    def forward(self, h, g, pos_emb, mem=None, mask_h=None, mask_g=None, g_positions=None, g_mapping=None,
                 g_valid=None, token_types=None, key_types=None, output_attentions=False):
         attn = self.attn
         batch, qlen, _ = h.shape
@@ -176,7 +177,7 @@ class XfmrXLNetLayer(GradientCheckpointingLayer):
         k_r = attn.heads(attn.r_proj(pos_emb))  # (G, H, J, D)
 
         q = attn.heads(attn.q_proj(h))  # (B, H, L, D)
-        out, w_h = attn.attend(q, k, v, k_r, hidden_h, token_types, key_types, None, qlen, output_attentions)
+        out, w_h = attn.attend(q, k, v, k_r, mask_h, token_types, key_types, None, qlen, output_attentions)
         new_h = self.mlp(self.attn_norm(h + self.attn_dropout(attn.o_proj(out))))  # (B, L, C)
         if g is None:
             return new_h, None, w_h, None
@@ -184,11 +185,11 @@ class XfmrXLNetLayer(GradientCheckpointingLayer):
         q_g = attn.heads(attn.q_proj(g))  # (B, H, P, D)
         if g_mapping is not None:  # general target_mapping: the reference's route over all L rows
             q_g = torch.einsum("bhpd,bpl->bhld", q_g, g_mapping)  # (B, H, L, D)
-            out, w_g = attn.attend(q_g, k, v, k_r, hidden_g, token_types, key_types, None, qlen, output_attentions)
+            out, w_g = attn.attend(q_g, k, v, k_r, mask_g, token_types, key_types, None, qlen, output_attentions)
             out = torch.einsum("blc,bpl->bpc", out, g_mapping)  # (B, P, C)
         else:
             query_types = None if token_types is None else token_types.gather(1, g_positions)  # (B, P)
-            out, w_g = attn.attend(q_g, k, v, k_r, hidden_g, query_types, key_types, g_positions, qlen,
+            out, w_g = attn.attend(q_g, k, v, k_r, mask_g, query_types, key_types, g_positions, qlen,
                                    output_attentions)
             if g_valid is not None:  # unused target slots (zero rows of target_mapping) read nothing
                 out = out * g_valid[:, :, None]
@@ -432,6 +433,7 @@ class XfmrXLNetModel(XfmrXLNetPreTrainedModel):
             else:
                 g_mapping = target_mapping.to(dtype)
         hidden_h, hidden_g = self._hidden_masks(batch, qlen, mlen, device, pad, perm_mask, perm_ranks, g_positions)
+        mask_h, mask_g = additive_mask(hidden_h, dtype), additive_mask(hidden_g, dtype)  # (B, L, K), (B, P, K)
 
         key_types = None
         if token_type_ids is not None:  # memory counts as segment 0 (as the reference)
@@ -454,8 +456,7 @@ class XfmrXLNetModel(XfmrXLNetPreTrainedModel):
             if output_hidden_states:
                 all_hidden.extend((h, g) if g is not None else (h,))
             h, g, w_h, w_g = layer(
-                h, g, pos_emb, mem=None if mem is None else mem.transpose(0, 1).to(dtype), hidden_h=hidden_h,
-                hidden_g=hidden_g, g_positions=g_positions, g_mapping=g_mapping, g_valid=g_valid,
+                h, g, pos_emb, mem=None if mem is None else mem.transpose(0, 1).to(dtype), mask_h=mask_h, mask_g=mask_g, g_positions=g_positions, g_mapping=g_mapping, g_valid=g_valid,
                 token_types=token_type_ids, key_types=key_types, output_attentions=output_attentions,
             )
             if output_attentions:
