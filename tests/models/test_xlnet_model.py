@@ -101,9 +101,10 @@ def test_mems_from_another_model_or_batch_are_rejected():
 
 
 def test_reuse_len_and_bi_data_errors():
-    model = XfmrXLNetModel(tiny(reuse_len=12)).eval()
+    model = XfmrXLNetModel(tiny(reuse_len=12)).train()
     with pytest.raises(ValueError, match="reuse_len"):
         model(**batch(), use_mems=True)
+    model.eval()(**batch(), use_mems=True)  # a short input in eval mode caches all it has
     model = XfmrXLNetModel(tiny(bi_data=True)).eval()
     with pytest.raises(ValueError, match="even batch"):
         model(**{k: v[:3] for k, v in batch().items()})

@@ -399,9 +399,11 @@ class XfmrXLNetModel(XfmrXLNetPreTrainedModel):
                            attention_mask, input_mask)
         if use_mems is None:
             use_mems = config.use_mems_train if self.training else config.use_mems_eval
-        if use_mems and config.reuse_len and config.reuse_len >= qlen:
-            raise ValueError(f"reuse_len={config.reuse_len} must be shorter than the segment ({qlen} tokens): only "
-                             f"the first reuse_len positions are cached. Use longer segments or a smaller reuse_len.")
+        if use_mems and self.training and config.reuse_len and config.reuse_len >= qlen:
+            # (in eval mode a short input, e.g. a prompt, simply caches all of its positions)
+            raise ValueError(f"reuse_len={config.reuse_len} must be shorter than the training segments ({qlen} "
+                             f"tokens): only the first reuse_len positions are cached as memory. Use longer segments "
+                             f"or a smaller reuse_len (XLNet: half of the segment).")
         output_attentions = config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
         return_dict = config.return_dict if return_dict is None else return_dict
