@@ -244,3 +244,28 @@ def test_greedy_generation_matches_reference():
     got = ours.generate(prompt, **kwargs)
     assert got.shape == expected.shape == (2, 14)
     assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"bi_data": True}])
+def test_reference_collator_layout_loss_and_grads(overrides):
+    """transformers' PLM collator layout: identity target_mapping (B, L, L), labels (B, L) with -100 off
+    the targets. In training our LM head runs the query stream only on the labelled rows: same loss/grads."""
+    ref, ours = build_pair("causal-lm", **overrides)
+    gen = torch.Generator().manual_seed(11)
+    batch, seq_len = 4, 12
+    ids = torch.randint(3, VOCAB, (batch, seq_len), generator=gen)
+    targets = torch.rand(batch, seq_len, generator=gen) < 0.3
+    targets[:, 0] = True
+    labels = ids.masked_fill(~targets, -100)
+    perm = (torch.rand(batch, seq_len, seq_len, generator=gen) > 0.5).float()
+    inputs = dict(input_ids=ids, perm_mask=perm, target_mapping=torch.eye(seq_len).expand(batch, -1, -1).clone(),
+                  labels=labels)
+    ref.train(), ours.train()
+    r, o = ref(**inputs), ours(**inputs)
+    assert_close(o.loss, r.loss, atol=ATOL, rtol=RTOL)
+    r.loss.backward()
+    o.loss.backward()
+    assert_grads_match(ref, ours, "causal-lm")
+    ours.eval(), ref.eval()
+    with torch.no_grad():  # eval mode: every row comes back
+        assert_close(ours(**inputs).logits, ref(**inputs).logits, atol=ATOL, rtol=RTOL)

@@ -475,6 +475,26 @@ class XfmrXLNetModel(XfmrXLNetPreTrainedModel):
 
 
 # -- heads (shared machinery in models/heads.py) -----------------------------------------------------
+def _labelled_targets(target_mapping, target_positions, labels):
+    """(target_positions, labels) keeping only the target slots that have a label, packed to the left
+    ((B, P') with P' the most labelled slots of a row; -1 / -100 pad the rest). Unchanged when the
+    targets are not given as one-hot rows or positions, or when the labels do not match them."""
+    if target_positions is None:
+        if target_mapping is None or target_mapping.dim() != 3 or not _is_one_hot_mapping(target_mapping):
+            return target_positions, labels
+        target_positions = target_mapping.argmax(-1).masked_fill(target_mapping.sum(-1) == 0, -1)  # (B, P)
+    if tuple(labels.shape) != tuple(target_positions.shape):
+        return (target_positions if target_mapping is None else None), labels
+    keep = (labels != -100) & (target_positions >= 0)  # (B, P)
+    width = max(1, int(keep.sum(1).max()))
+    if width == keep.shape[1]:
+        return target_positions, labels
+    order = torch.sort((~keep).to(torch.int8), dim=1, stable=True).indices[:, :width]  # labelled slots first
+    kept = keep.gather(1, order)
+    return (target_positions.gather(1, order).masked_fill(~kept, -1),
+            labels.gather(1, order).masked_fill(~kept, -100))
+
+
 class XfmrXLNetLMHeadModel(XfmrXLNetPreTrainedModel, GenerationMixin):
     """Permutation LM: the query stream's targets -> `lm_head` tied to the token embeddings.
 
@@ -504,6 +524,13 @@ class XfmrXLNetLMHeadModel(XfmrXLNetPreTrainedModel, GenerationMixin):
         """`labels` (B, P): the target ids in the order of the target rows (-100 on unused slots); without
         targets, (B, L)."""
         return_dict = self.config.return_dict if return_dict is None else return_dict
+        chunked = getattr(self.config, "chunked_lm_loss", True) and self.training and labels is not None
+        if chunked and not (output_hidden_states or output_attentions or torch.compiler.is_compiling()):
+            # Training: the loss is all that comes back, so target rows whose label is -100 (e.g. every
+            # position transformers' collator does not predict) need no query stream at all.
+            target_positions, labels = _labelled_targets(target_mapping, target_positions, labels)
+            if target_positions is not None:
+                target_mapping = None
         out = self.model(input_ids, attention_mask=attention_mask, mems=mems, perm_mask=perm_mask,
                          target_mapping=target_mapping, token_type_ids=token_type_ids, input_mask=input_mask,
                          inputs_embeds=inputs_embeds, use_mems=use_mems, output_attentions=output_attentions,
@@ -513,7 +540,6 @@ class XfmrXLNetLMHeadModel(XfmrXLNetPreTrainedModel, GenerationMixin):
         if labels is not None and tuple(labels.shape) != tuple(hidden.shape[:2]):
             raise ValueError(f"`labels` has shape {tuple(labels.shape)} but the model predicts "
                              f"{tuple(hidden.shape[:2])} tokens (batch, num_predict): one label per target row.")
-        chunked = getattr(self.config, "chunked_lm_loss", True) and self.training and labels is not None
         logits, loss = lm_logits_and_loss(self.lm_head, hidden, labels, shift=False, return_logits=not chunked,
                                           num_items_in_batch=num_items_in_batch)
         output = XfmrXLNetLMHeadModelOutput(loss=loss, logits=logits, mems=out.mems, hidden_states=out.hidden_states,
