@@ -10,7 +10,7 @@ attention transformers' XLNet has), identical weights through `hf_xfmr.from_tran
 - `xlnet-plm-train-85`: identical inputs from our collator's expanded output (85 targets, padding-free
   rows with token types): the models alone on the official recipe's inputs.
 
-Sweep (seq 128..2048): `python -m hf_xfmr.bench.xlnet --sweep` (see `main`).
+Sweep (seq 128..2048): `python benchmarks/bench_xlnet_sweep.py` (calls `main` below).
 """
 
 import torch
@@ -56,9 +56,11 @@ class CollateAndTrain(nn.Module):
         self.wrapped = model
         self.collator = collator
 
+    def collate(self, rows):
+        return self.collator([{"input_ids": r} for r in rows.tolist()])
+
     def forward(self, rows):
-        batch = self.collator([{"input_ids": r} for r in rows.tolist()])
-        return self.wrapped(**batch)
+        return self.wrapped(**self.collate(rows))
 
 
 def _plm_case(name: str, *, inputs: str, dtype: str = "fp32", hidden: int = PLM_SIZES["hidden"],
@@ -139,7 +141,7 @@ def xlnet_plm_train_85(**kw) -> BenchCase:
 
 
 def main(argv=None):
-    """`python -m hf_xfmr.bench.xlnet --sweep [--cases xlnet-plm-step xlnet-plm-train] [--out DIR]`: step time
+    """`python benchmarks/bench_xlnet_sweep.py [--cases xlnet-plm-step xlnet-plm-train] [--out DIR]`: step time
     and peak memory at seq 128..2048 (batch 8 unless --batch), a markdown table and a PNG plot per case."""
     import argparse
     from pathlib import Path
@@ -147,7 +149,6 @@ def main(argv=None):
     from .sweep import plot_sweep, run_sweep, sweep_markdown
 
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--sweep", action="store_true", required=True)
     parser.add_argument("--cases", nargs="+", default=["xlnet-plm-step", "xlnet-plm-train"])
     parser.add_argument("--seqs", nargs="+", type=int, default=SWEEP_SEQS)
     parser.add_argument("--batch", type=int, default=PLM_SIZES["batch"])
@@ -166,7 +167,3 @@ def main(argv=None):
         out.mkdir(parents=True, exist_ok=True)
         (out / f"{case}_seq.md").write_text(table)
         plot_sweep(rows, "seq", out / f"{case}_seq.png", title=f"{case}: batch {args.batch}")
-
-
-if __name__ == "__main__":
-    main()
