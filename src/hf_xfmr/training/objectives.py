@@ -372,7 +372,7 @@ def _plm_examples(tokenizer, texts, settings):
                          "<sep> <sep> <cls>); use at least 10.")
     eod = tokenizer.convert_tokens_to_ids("<eod>") if "<eod>" in tokenizer.get_vocab() else tokenizer.sep_token_id
     stream: list[int] = []
-    for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]:
+    for ids in tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]:
         if ids:
             stream.extend(ids)
             stream.append(eod)
