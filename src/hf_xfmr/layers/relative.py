@@ -61,14 +61,28 @@ def rel_gather(scores: torch.Tensor, positions: torch.Tensor, qlen: int, klen: i
 def segment_bias(q_s: torch.Tensor, seg_embed: torch.Tensor, query_types: torch.Tensor,
                  key_types: torch.Tensor) -> torch.Tensor:
     """XLNet's relative segment term (sec. 2.5): (B, H, R, K) = (q_i + b) . s_ij, with s_ij = seg_embed[0]
-    when i and j are in the same segment and seg_embed[1] otherwise.
+    when i and j are in the same segment and seg_embed[1] otherwise (the plain form, for reference/tests).
 
     q_s: (B, H, R, D) queries plus r_s_bias; seg_embed (2, H, D); query_types (B, R); key_types (B, K).
-    Only two dot products per query are needed; the (B, H, R, K) term is one select between them.
     """
     both = torch.einsum("bhrd,shd->bhrs", q_s, seg_embed)  # (B, H, R, 2)
     differ = (query_types[:, :, None] != key_types[:, None, :])[:, None]  # (B, 1, R, K)
     return torch.where(differ, both[..., 1:2], both[..., 0:1])
+
+
+def segment_query_features(q_s: torch.Tensor, seg_embed: torch.Tensor, query_types: torch.Tensor,
+                           num_types: int) -> torch.Tensor:
+    """The segment term as a dot product, for folding it into the q.k matmul: (B, H, R, S) features a_i with
+    a_i . onehot(key_type_j) = segment_bias[i, j] - (a per-row constant), which softmax ignores.
+
+    segment_bias[i, j] = e0_i + (e1_i - e0_i) [t_i != t_j] = e1_i - (e1_i - e0_i) [t_i == t_j], and
+    [t_i == t_j] = onehot(t_i) . onehot(t_j); dropping the row constant e1_i leaves
+    a_i = -(e1_i - e0_i) onehot(t_i). Keys get onehot(t_j) (`num_types` = S columns) appended.
+    """
+    both = torch.einsum("bhrd,shd->bhrs", q_s, seg_embed)  # (B, H, R, 2)
+    gap = both[..., 1] - both[..., 0]  # (B, H, R)
+    onehot = torch.nn.functional.one_hot(query_types, num_types).to(q_s.dtype)[:, None]  # (B, 1, R, S)
+    return -gap[..., None] * onehot  # (B, H, R, S)
 
 
 def permutation_hidden(key_ranks: torch.Tensor, query_ranks: torch.Tensor) -> torch.Tensor:
@@ -108,7 +122,9 @@ def relative_attention(q, k, v, k_r, r_w_bias, r_r_bias, mask=None, seg=None, po
 
     q (B, H, R, D); k, v (B, H, K, D); k_r (G, H, J, D), G in {1, 2, B}: the projected relative table,
     shared by groups of B / G rows (2 groups with bi_data). r_w_bias, r_r_bias (H, D). mask (B, R, K)
-    additive float from `additive_mask`, or None. seg: a callable q -> (B, H, R, K) segment term, or None.
+    additive float from `additive_mask`, or None. seg: a callable q -> (query features (B, H, R, S), key
+    one-hots (B, 1, K, S)) whose product is the segment term up to a per-row constant
+    (`segment_query_features`): both are appended to q and k, so the term costs S extra matmul columns.
     positions (B, R): segment positions of the query rows; None = the R = L segment rows in order.
     Returns (out (B, H, R, D), weights (B, H, R, K) or None).
     """
@@ -121,9 +137,11 @@ def relative_attention(q, k, v, k_r, r_w_bias, r_r_bias, mask=None, seg=None, po
         bias = rel_shift(pos_scores, klen)  # (B, H, L, K)
     else:
         bias = rel_gather(pos_scores, positions, qlen, klen)  # (B, H, R, K)
-    if seg is not None:
-        bias = bias + seg(q)
     q_w = q + r_w_bias[:, None]
+    if seg is not None:
+        features, key_onehot = seg(q)
+        q_w = torch.cat([q_w, features], dim=-1)  # (B, H, R, D + S)
+        k = torch.cat([k, key_onehot.to(k.dtype).expand(batch, heads, klen, -1)], dim=-1)  # (B, H, K, D + S)
     if use_sdpa and not return_weights:
         bias = bias * scale
         if mask is not None:

@@ -60,7 +60,7 @@ from ...layers.relative import (
     permutation_hidden,
     relative_attention,
     relative_distances,
-    segment_bias,
+    segment_query_features,
     sinusoid_table,
 )
 from ..generation import lm_logits_and_loss
@@ -131,9 +131,11 @@ class XfmrXLNetRelativeAttention(nn.Module):
     def attend(self, q, k, v, k_r, mask, query_types, key_types, positions, qlen, output_attentions):
         """One stream: q (B, H, R, D) against the shared keys; returns ((B, R, C) before o_proj, weights)."""
         seg = None
-        if key_types is not None:
+        if key_types is not None:  # key_types: (B, 1, K, S) one-hot segment ids of the keys
             def seg(q_):
-                return segment_bias(q_ + self.r_s_bias[:, None], self.seg_embed, query_types, key_types)
+                num_types = key_types.shape[-1]
+                features = segment_query_features(q_ + self.r_s_bias[:, None], self.seg_embed, query_types, num_types)
+                return features, key_types
         implementation = self.config._attn_implementation
         out, weights = relative_attention(
             q, k, v, k_r, self.r_w_bias, self.r_r_bias, mask, seg, positions, qlen=qlen, scale=self.scaling,
@@ -439,8 +441,15 @@ class XfmrXLNetModel(XfmrXLNetPreTrainedModel):
 
         key_types = None
         if token_type_ids is not None:  # memory counts as segment 0 (as the reference)
-            key_types = token_type_ids if mlen == 0 else torch.cat(
+            if torch.compiler.is_compiling():
+                num_types = 3  # XLNet's A, B and <cls> (a data-dependent count would break the graph)
+            else:
+                num_types = int(token_type_ids.max()) + 1
+                if int(token_type_ids.min()) < 0:
+                    raise ValueError("`token_type_ids` must be non-negative segment ids.")
+            types = token_type_ids if mlen == 0 else torch.cat(
                 [token_type_ids.new_zeros(batch, mlen), token_type_ids], dim=1)  # (B, K)
+            key_types = nn.functional.one_hot(types, num_types).to(dtype)[:, None]  # (B, 1, K, S)
 
         pos_emb = self._relative_table(qlen, klen, device, dtype)  # (G, J, C)
         h = self.dropout(h)
