@@ -5,7 +5,7 @@ from hf_xfmr.bench.collators import benchmark_collators, markdown_table
 
 def test_benchmark_rows():
     rows = benchmark_collators(batch_size=2, seq_len=64, repeats=1, warmup=0)
-    assert [r["reference"] for r in rows] == ["DataCollatorForPermutationLanguageModeling"] * 2 + [
+    assert [r["reference"] for r in rows] == ["DataCollatorForPermutationLanguageModeling"] * 3 + [
         "DataCollatorForLanguageModeling"]
     assert all(r["threads"] >= 1 for r in rows)
     for r in rows:

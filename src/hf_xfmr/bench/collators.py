@@ -91,6 +91,9 @@ def benchmark_collators(batch_size: int = 8, seq_len: int = 512, repeats: int = 
              DataCollatorForPLM(xlnet_tok, seq_len=seq_len, num_predict=num_predict, seed=0,
                                 perm_mask_dtype=torch.float32),
              DataCollatorForPermutationLanguageModeling(xlnet_tok), plm_batches),
+            ("plm, compact (perm_ranks + target_positions)", "DataCollatorForPermutationLanguageModeling",
+             DataCollatorForPLM(xlnet_tok, seq_len=seq_len, num_predict=num_predict, seed=0, compact=True),
+             DataCollatorForPermutationLanguageModeling(xlnet_tok), plm_batches),
             ("mlm (BERT, 15%, 80/10/10)", "DataCollatorForLanguageModeling",
              DataCollatorForMLM(bert_tok, seed=0), DataCollatorForLanguageModeling(bert_tok, seed=0), mlm_batches),
         ]

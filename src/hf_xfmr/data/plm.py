@@ -6,10 +6,12 @@ Follows the official pretraining pipeline (`data_utils.py`: `_sample_mask`, `_lo
 - Targets (partial prediction, paper sec. 2.3): spans of n whole words, p(n) ∝ 1/n for
   n = 1..max_span, each placed at a random offset inside its own context window of
   n * mask_alpha / mask_beta words (6/1 -> about 1/6 of the tokens); the windows follow each
-  other through the row. Spans are taken left to right until the row has `num_predict` targets
+  other through the row. Spans are taken left to right until the row has its budget of targets
   (the span that overshoots is cut, later ones dropped); a row that falls short is topped up with
-  single random positions, so every row has exactly `num_predict` targets (85 for 512).
-  Special and pad tokens are never targets.
+  single random positions, so every row has exactly its budget: real_len * mask_beta / mask_alpha
+  (at least 1, at most `num_predict`), from the row's own non-pad length (85 for a full row of
+  512; a row of 300 real tokens padded to 512 gets 50, not 85). Special and pad tokens are never
+  targets.
 - Factorization order: a random permutation inside consecutive chunks of `perm_size` positions
   (chunks, and the reuse/non-reuse blocks, stay in order). In `perm_mask[b, i, j]` (1/True = i
   may not attend to j) non-targets see every non-target and no target; a target sees every
@@ -136,6 +138,10 @@ class DataCollatorForPLM(SeededMixin):
         perm_mask_dtype: `torch.bool` (default) or a float dtype such as `torch.float32`.
             XLNet's outputs are bit-identical with either; bool takes 4x less memory (2 MB instead
             of 8 MB per 8 x 512 batch) and is 4x cheaper to build, pin and move to the GPU.
+        compact: return `perm_ranks` (B, L) and `target_positions` (B, num_predict) instead of
+            `perm_mask` (B, L, L) and `target_mapping` (B, num_predict, L): nothing O(B * L^2) is built.
+            hf_xfmr's XLNet takes them directly (pair it with a config whose `reuse_len` equals this
+            collator's: the model applies the memory block from its config); transformers' XLNet does not.
         return_is_masked: also return `is_masked` (B, L) bool; do not pass it to the model.
         num_threads: torch intra-op threads while collating (1: fastest for batch-sized work);
             None leaves torch's setting alone.
@@ -146,9 +152,16 @@ class DataCollatorForPLM(SeededMixin):
     sequences. Ids may be lists, numpy arrays or 1-D tensors; rows that all have the batch's
     length are converted in one call.
 
+    Targets per row: each row's own budget, about real_len * mask_beta / mask_alpha (at least 1), where
+    real_len counts its non-pad tokens; `num_predict` (default: the padded length * mask_beta /
+    mask_alpha) caps it and is the output width. Unused slots are all-zero rows of target_mapping
+    (position -1 in the compact form) with label -100, ignored by the loss.
+
     Returns: input_ids (B, L) real tokens, perm_mask (B, L, L) `perm_mask_dtype` (True/1 = may not
     attend), target_mapping (B, num_predict, L) float, labels (B, num_predict), token_type_ids
-    (B, L), attention_mask (B, L).
+    (B, L), attention_mask (B, L). With `compact`: perm_ranks (B, L) int64 (-1 = seen by every
+    position, k >= 0 = the k-th target of the factorization order) and target_positions
+    (B, num_predict) int64 (-1 = unused slot) replace perm_mask and target_mapping.
     """
 
     tokenizer: object
@@ -162,6 +175,7 @@ class DataCollatorForPLM(SeededMixin):
     bi_data: bool = False
     pad_to_multiple_of: int | None = None
     perm_mask_dtype: torch.dtype = torch.bool
+    compact: bool = False
     return_is_masked: bool = False
     num_threads: int | None = 1
     seed: int | None = None
@@ -244,7 +258,7 @@ class DataCollatorForPLM(SeededMixin):
     def _sample_targets(self, starts, cand, goals, bounds, u_span, u_top) -> np.ndarray:
         """Span sampling for the whole batch at once; returns (B, L) bool targets.
 
-        starts/cand: (B, L) bool numpy; goals: targets per block; bounds: [(lo, hi)] position ranges;
+        starts/cand: (B, L) bool numpy; goals: (B, blocks) targets per row and block; bounds: [(lo, hi)];
         u_span: (G, K, 2) uniforms (G = B * blocks); u_top: (B, L) uniforms for the top-up.
         """
         B, L = cand.shape
@@ -285,12 +299,12 @@ class DataCollatorForPLM(SeededMixin):
             before = cs[:, R - 1].copy()
             cs[:, R:] -= before[:, None]
             have = np.stack([before, cs[:, L - 1]], 1)  # (B, 2)
-            goal_pos = np.where(np.arange(L) < R, goals[0], goals[1])
+            goal_pos = np.where(np.arange(L)[None, :] < R, goals[:, :1], goals[:, 1:])  # (B, L)
             cover &= cs <= goal_pos
         else:
             have = cs[:, L - 1:]
-            cover &= cs <= goals[0]
-        deficit = np.array(goals)[None, :] - np.minimum(have, np.array(goals)[None, :])  # (B, blocks)
+            cover &= cs <= goals[:, :1]
+        deficit = goals - np.minimum(have, goals)  # (B, blocks)
         if deficit.max() > 0:  # top up with the `deficit` free positions of smallest random key
             # Integer keys, unique by construction (24 random bits, then the position), so a
             # threshold picks exactly `deficit` positions per row and block.
@@ -369,12 +383,17 @@ class DataCollatorForPLM(SeededMixin):
             starts[:, 0] = True
             starts &= cand
 
+        # Each row's own budget: about real_len * mask_beta / mask_alpha targets (at least 1), capped by
+        # num_predict (the output width); a padded row no longer gets the full-length budget.
+        real_len = real.sum(1)  # (B,)
+        row_goal = np.clip((real_len * (self.mask_beta / self.mask_alpha)).astype(np.int64), 1, num_predict)
         if self.reuse_len:
             R = self.reuse_len
-            goal0 = num_predict * R // L
-            bounds, goals = [(0, R), (R, L)], [goal0, num_predict - goal0]
+            real0 = real[:, :R].sum(1)
+            goal0 = row_goal * real0 // np.maximum(real_len, 1)  # split in proportion to the real tokens
+            bounds, goals = [(0, R), (R, L)], np.stack([goal0, row_goal - goal0], 1)
         else:
-            bounds, goals = [(0, L)], [num_predict]
+            bounds, goals = [(0, L)], row_goal[:, None]
         # Every random number of the batch in one draw: spans, top-up scores, factorization keys.
         nblk = len(bounds)
         K = self._num_windows(max(hi - lo for lo, hi in bounds))
@@ -410,6 +429,29 @@ class DataCollatorForPLM(SeededMixin):
         if valid is not None:
             key[~valid] = np.inf
         rank = np.argsort(np.argsort(key, 1), 1)  # (B, num_predict) place of each target in the order
+        labels = np.take_along_axis(ids, tpos, 1)
+        if valid is not None:
+            labels[~valid] = IGNORE_INDEX
+        batch = {
+            "input_ids": torch.from_numpy(ids),
+            "labels": torch.from_numpy(labels),
+            "token_type_ids": torch.from_numpy(np.ascontiguousarray(token_type_ids, dtype=np.int64)),
+            "attention_mask": torch.from_numpy(real.astype(np.int64)),
+        }
+        if self.return_is_masked:
+            batch["is_masked"] = torch.from_numpy(is_masked)
+        if self.compact:  # O(B * L): the model builds the masks it needs from these
+            ranks = np.full((B, L), -1, dtype=np.int64)
+            positions = tpos.astype(np.int64)
+            if valid is None:
+                np.put_along_axis(ranks, tpos, rank, 1)
+            else:
+                rows = np.nonzero(valid)[0]
+                ranks[rows, tpos[valid]] = rank[valid]
+                positions[~valid] = -1
+            batch["perm_ranks"] = torch.from_numpy(ranks)
+            batch["target_positions"] = torch.from_numpy(positions)
+            return batch
 
         # perm_mask: every row starts as the non-target row (targets and pad hidden); target rows then
         # see j iff j is a non-target or an earlier target: c_j >= rank_i hides j, c = -1 for
@@ -446,18 +488,6 @@ class DataCollatorForPLM(SeededMixin):
         tm = np.zeros((B, num_predict, L), dtype=np.float32)
         hot = flat_t + (np.arange(B) * (num_predict - 1) * L)[:, None] + (np.arange(num_predict) * L)[None, :]
         tm.reshape(-1)[hot.reshape(-1) if valid is None else hot[valid]] = 1.0
-        labels = np.take_along_axis(ids, tpos, 1)
-        if valid is not None:
-            labels[~valid] = IGNORE_INDEX
-
-        batch = {
-            "input_ids": torch.from_numpy(ids),
-            "perm_mask": perm_mask,
-            "target_mapping": torch.from_numpy(tm),
-            "labels": torch.from_numpy(labels),
-            "token_type_ids": torch.from_numpy(np.ascontiguousarray(token_type_ids, dtype=np.int64)),
-            "attention_mask": torch.from_numpy(real.astype(np.int64)),
-        }
-        if self.return_is_masked:
-            batch["is_masked"] = torch.from_numpy(is_masked)
+        batch["perm_mask"] = perm_mask
+        batch["target_mapping"] = torch.from_numpy(tm)
         return batch

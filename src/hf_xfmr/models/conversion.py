@@ -40,12 +40,16 @@ class TensorRule:
     exact inverses (transposes, splits and concatenations are). Example, GPT-2's fused, transposed
     Conv1D attention input: ours (q_proj.weight, k_proj.weight, v_proj.weight) <-> theirs c_attn.weight.
     The same functions convert gradients (`convert_state_dict`), so they must be linear maps.
+    `to_hf_shape_from` optionally names one of our parameters (same placeholders) whose shape `to_hf`
+    needs: it is then called as `to_hf(*our_tensors, shape=that_parameter.shape)` (XLNet: the head count
+    of a (C, H*D) projection comes from its (H, D) bias).
     """
 
     ours: tuple
     theirs: str
     to_hf: Callable
     from_hf: Callable
+    to_hf_shape_from: str | None = None
 
     def __post_init__(self):
         if isinstance(self.ours, str):
@@ -155,7 +159,11 @@ class Conversion:
                     raise KeyError(f"{self.hf_model_type}: {key!r} needs {missing} as well to be converted "
                                    f"(task {task!r}); the state dict is incomplete.")
                 tensors = [rest.pop(name) for name in names]
-                result = rule.to_hf(*tensors) if to_hf else rule.from_hf(*tensors)
+                if to_hf and rule.to_hf_shape_from is not None:
+                    shape = state_dict[src_prefix + rule.to_hf_shape_from.format(**indices)].shape
+                    result = rule.to_hf(*tensors, shape=shape)
+                else:
+                    result = rule.to_hf(*tensors) if to_hf else rule.from_hf(*tensors)
                 results = (result,) if to_hf else tuple(result)
                 for template, tensor in zip(dst_templates, results, strict=True):
                     done[dst_prefix + template.format(**indices)] = tensor
@@ -250,8 +258,10 @@ def _load_state(model: PreTrainedModel, state_dict: dict) -> None:
         raise RuntimeError(f"Checkpoint conversion mismatch: missing {missing}, unexpected {unexpected}.")
 
 
-def _attn_kwargs(config) -> dict:
+def _attn_kwargs(config, target_class=None) -> dict:
     implementation = getattr(config, "_attn_implementation", None)
+    if implementation == "sdpa" and target_class is not None and not getattr(target_class, "_supports_sdpa", True):
+        implementation = "eager"  # e.g. transformers' XLNet has only its eager attention
     return {"attn_implementation": implementation} if implementation in ("eager", "sdpa") else {}
 
 
@@ -386,7 +396,7 @@ def to_transformers(model: PreTrainedModel) -> PreTrainedModel:
     task = conversion.task_of_class_name(type(model).__name__, ours=True)
     hf_config = conversion.config_to_transformers(model.config)
     hf_class = getattr(transformers, conversion.tasks[task][0])
-    hf_model = hf_class._from_config(hf_config, dtype=model.dtype, **_attn_kwargs(model.config),
+    hf_model = hf_class._from_config(hf_config, dtype=model.dtype, **_attn_kwargs(model.config, hf_class),
                                      **conversion.init_kwargs(model, task))
     _load_state(hf_model, conversion.state_dict_to_transformers(model.state_dict(), task))
     return hf_model.train(model.training)

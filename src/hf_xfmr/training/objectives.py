@@ -348,3 +348,72 @@ register_objective(Objective(
     build_examples=_clm_examples, make_collator=_clm_collator, required_tokens=("eos_token",),
     shift_labels=True,
 ))
+
+
+# ----------------------------------------------------------------------------------------------
+# XLNet: permutation language modelling over contiguous streams, with memory (Yang et al. 2019)
+# ----------------------------------------------------------------------------------------------
+
+def _plm_reuse_len(max_seq_length: int) -> int:
+    """XLNet caches the first half of every segment (reuse_len 256 of 512)."""
+    return max_seq_length // 2
+
+
+def _plm_examples(tokenizer, texts, settings):
+    """Consecutive segments of one token stream (documents joined by <eod>, else <sep>): segment k starts
+    at token k * reuse_len with its reuse block (positions [0, reuse_len), the part cached as memory),
+    and continues with the following text as `[A, <sep>, B, <sep>, <cls>]`, B being A's true continuation.
+    So the memory of segment k is exactly the text that precedes segment k + 1 (XLNet sec. 2.4)."""
+    length = settings.max_seq_length
+    reuse = _plm_reuse_len(length)
+    body = length - 3  # A + B
+    if body < reuse + 2:
+        raise ValueError(f"--max_seq_length {length} is too short for XLNet segments (reuse block + A + B + "
+                         "<sep> <sep> <cls>); use at least 10.")
+    eod = tokenizer.convert_tokens_to_ids("<eod>") if "<eod>" in tokenizer.get_vocab() else tokenizer.sep_token_id
+    stream: list[int] = []
+    for ids in tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]:
+        if ids:
+            stream.extend(ids)
+            stream.append(eod)
+    len_a = reuse + (body - reuse) // 2
+    sep, cls = tokenizer.sep_token_id, tokenizer.cls_token_id
+    examples = []
+    for start in range(0, len(stream) - body + 1, reuse):
+        chunk = stream[start:start + body]
+        examples.append({"input_ids": chunk[:len_a] + [sep] + chunk[len_a:] + [sep, cls]})
+    return examples
+
+
+def _plm_collator(tokenizer, settings):
+    from ..data import DataCollatorForPLM
+
+    # Compact output: per-row ranks and target positions, the model builds its masks (no (B, L, L) tensor).
+    return SeededCollator(DataCollatorForPLM(tokenizer, seq_len=settings.max_seq_length,
+                                             reuse_len=_plm_reuse_len(settings.max_seq_length), compact=True))
+
+
+def _plm_step_inputs(batch: dict, state: dict) -> dict:
+    """The batch plus the memory of the previous segment of the same streams (none at the start)."""
+    inputs = dict(batch, use_mems=True)
+    if state.get("mems"):
+        inputs["mems"] = tuple(state["mems"])
+    return inputs
+
+
+def _plm_update_state(batch: dict, outputs, state: dict) -> dict:
+    mems = getattr(outputs, "mems", None)
+    if not mems:
+        return state
+    return {"mems": [m.detach().contiguous() for m in mems]}  # one (mem_len, B, d_model) tensor per layer
+
+
+register_objective(Objective(
+    name="plm", description="permutation language modelling with memory over contiguous text (XLNet)",
+    task="causal-lm", build_examples=_plm_examples, make_collator=_plm_collator,
+    required_tokens=("pad_token", "sep_token", "cls_token"), layout="contiguous",
+    # reuse_len / mem_len follow --max_seq_length (a callable default gets the run's arguments).
+    config_defaults={"reuse_len": lambda args: _plm_reuse_len(args.max_seq_length),
+                     "mem_len": lambda args: _plm_reuse_len(args.max_seq_length)},
+    initial_state=_no_state, step_inputs=_plm_step_inputs, update_state=_plm_update_state,
+))

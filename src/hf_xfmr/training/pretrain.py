@@ -266,7 +266,8 @@ def build_config(arch, model_class, tokenizer, objective: Objective, args: Pretr
         token_id = getattr(tokenizer, name, None)
         if name in fields and token_id is not None:
             values[name] = int(token_id)
-    values.update({k: v for k, v in objective.config_defaults.items() if k in fields})
+    # A callable default is computed from the run's arguments (e.g. XLNet's reuse_len from max_seq_length).
+    values.update({k: (v(args) if callable(v) else v) for k, v in objective.config_defaults.items() if k in fields})
     overrides = parse_config_overrides(args.config_overrides)
     unknown = sorted(k for k in overrides if k not in fields)
     if unknown:

@@ -1,0 +1,97 @@
+"""PLM collator: per-row target budgets and the compact output (perm_ranks + target_positions) that
+hf_xfmr's XLNet turns into the same masks as the expanded perm_mask / target_mapping."""
+
+import pytest
+import torch
+import transformers
+from torch.testing import assert_close
+
+import hf_xfmr
+from hf_xfmr.data import DataCollatorForPLM
+from hf_xfmr.layers.relative import permutation_hidden
+
+from .test_plm import make_examples
+
+
+def test_each_row_gets_its_own_budget(xlnet_tok, texts):
+    """511, 300 and 37 real tokens padded to 512: 85, 50 and 6 targets (not 85 for every row)."""
+    collator = DataCollatorForPLM(xlnet_tok, seq_len=512, return_is_masked=True, seed=0)
+    for draw in range(5):
+        batch = collator(make_examples(xlnet_tok, texts, [511, 300, 37], seed=draw))
+        counts = (batch["labels"] != -100).sum(1).tolist()
+        assert counts == [85, 50, 6]
+        assert batch["is_masked"].sum(1).tolist() == counts
+        assert batch["labels"].shape == (3, 85)
+        assert (batch["target_mapping"].sum((1, 2)) == torch.tensor(counts, dtype=torch.float32)).all()
+
+
+def test_explicit_num_predict_is_the_cap(xlnet_tok, texts):
+    collator = DataCollatorForPLM(xlnet_tok, seq_len=128, num_predict=12, return_is_masked=True, seed=1)
+    batch = collator(make_examples(xlnet_tok, texts, [128, 90, 20], seed=0))
+    assert batch["labels"].shape == (3, 12)
+    assert (batch["labels"] != -100).sum(1).tolist() == [12, 12, 3]  # 128 // 6 = 21 capped; 90 // 6 = 15 capped
+
+
+@pytest.mark.parametrize("settings", [dict(), dict(reuse_len=24), dict(reuse_len=24, perm_size=8),
+                                      dict(bi_data=True)])
+def test_compact_matches_expanded_masks(xlnet_tok, texts, settings):
+    """The masks the model builds from the compact output equal the expanded perm_mask on every real row."""
+    lengths = [64, 50, 64, 41]
+    expanded = DataCollatorForPLM(xlnet_tok, seq_len=64, seed=7, **settings)
+    compact = DataCollatorForPLM(xlnet_tok, seq_len=64, seed=7, compact=True, **settings)
+    for draw in range(6):
+        examples = make_examples(xlnet_tok, texts, lengths, seed=draw)
+        e, c = expanded(examples), compact(examples)
+        assert "perm_mask" not in c and "target_mapping" not in c
+        for key in ("input_ids", "labels", "token_type_ids", "attention_mask"):
+            assert torch.equal(e[key], c[key]), key
+        ranks, positions = c["perm_ranks"], c["target_positions"]
+        assert ranks.shape == (4, 64) and positions.shape == e["labels"].shape
+        assert torch.equal(positions >= 0, e["labels"] != -100)
+        assert torch.equal(e["target_mapping"].argmax(-1)[positions >= 0], positions[positions >= 0])
+        hidden = permutation_hidden(ranks, ranks)  # (B, L, L)
+        reuse = settings.get("reuse_len")
+        if reuse:
+            pos = torch.arange(64)
+            hidden = hidden | ((pos < reuse)[:, None] & (pos >= reuse)[None, :])
+        real = e["attention_mask"].bool()
+        pad = ~real[:, None, :]
+        for b in range(4):
+            rows = real[b]
+            assert torch.equal((hidden | pad)[b][rows], e["perm_mask"][b][rows]), b
+
+
+def _lm_pair(vocab, **overrides):
+    config = transformers.XLNetConfig(vocab_size=vocab, d_model=32, n_layer=2, n_head=4, d_inner=48, dropout=0.0,
+                                      mem_len=None, pad_token_id=0, **overrides)
+    torch.manual_seed(0)
+    ref = transformers.XLNetLMHeadModel(config)
+    return ref, hf_xfmr.from_transformers(ref)
+
+
+@pytest.mark.parametrize("settings", [dict(), dict(reuse_len=24), dict(bi_data=True)])
+def test_compact_gives_the_same_loss_and_grads_as_expanded(xlnet_tok, texts, settings):
+    overrides = {k: v for k, v in settings.items() if k in ("reuse_len", "bi_data")}
+    ref, ours = _lm_pair(len(xlnet_tok), **overrides)
+    expanded = DataCollatorForPLM(xlnet_tok, seq_len=64, seed=3, **settings)
+    compact = DataCollatorForPLM(xlnet_tok, seq_len=64, seed=3, compact=True, **settings)
+    examples = make_examples(xlnet_tok, texts, [64, 45, 64, 30], seed=1)
+    e, c = expanded(examples), compact(examples)
+    ref.train(), ours.train()
+    loss_ref = ref(**e).loss
+    loss_e = ours(**e).loss
+    ours_c = hf_xfmr.from_transformers(ref).train()
+    loss_c = ours_c(**c).loss
+    assert_close(loss_e, loss_ref, atol=1e-5, rtol=1e-5)
+    assert_close(loss_c, loss_e, atol=1e-6, rtol=1e-6)
+    loss_e.backward()
+    loss_c.backward()
+    for (name, p), (_, q) in zip(ours.named_parameters(), ours_c.named_parameters()):
+        if p.grad is not None:
+            assert_close(q.grad, p.grad, atol=1e-6, rtol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+def test_compact_needs_no_quadratic_tensor(xlnet_tok, texts):
+    batch = DataCollatorForPLM(xlnet_tok, seq_len=512, compact=True, seed=0)(
+        make_examples(xlnet_tok, texts, [512] * 8))
+    assert max(t.numel() for t in batch.values()) <= 8 * 512

@@ -1,0 +1,122 @@
+"""`hf-xfmr pretrain --arch xlnet --objective plm`: contiguous segments whose memory is the true
+preceding text, the compact PLM collator, a loadable XLNet at the end, and exact resume with the memory."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+import hf_xfmr  # noqa: F401
+from hf_xfmr.data import default_corpus, train_tokenizer
+from hf_xfmr.data.corpus import document_text
+from hf_xfmr.training import ObjectiveSettings, PretrainArguments, PretrainCallback, get_objective, pretrain, read_log
+
+L = 32
+R = L // 2
+
+
+@pytest.fixture(scope="module")
+def xlnet_tokenizer(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("xlnet_tok")
+    train_tokenizer("xlnet", [document_text(d) for d in default_corpus(max_documents=60)],
+                    vocab_size=400).save_pretrained(folder)
+    return folder
+
+
+def _args(tokenizer, output_dir, **overrides):
+    return PretrainArguments(**{**dict(
+        arch="xlnet", objective="plm", preset="tiny", max_steps=4, max_documents=40, tokenizer=str(tokenizer),
+        per_device_train_batch_size=2, max_seq_length=L, logging_steps=1, save_steps=0, eval_fraction=0.1,
+        max_eval_examples=8, progress_bar=False, report_to_tensorboard=False, output_dir=str(output_dir)),
+        **overrides})
+
+
+def test_segments_are_consecutive_windows_of_one_stream(xlnet_tokenizer):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(xlnet_tokenizer)
+    texts = [document_text(d) for d in default_corpus(max_documents=10)]
+    examples = get_objective("plm").build_examples(tok, texts, ObjectiveSettings(max_seq_length=L))
+    assert len(examples) > 10
+    for a, b in zip(examples, examples[1:]):
+        ids, nxt = a["input_ids"], b["input_ids"]
+        assert len(ids) == L and ids[-3:] != [tok.sep_token_id] * 3 and ids[-1] == tok.cls_token_id
+        assert ids.count(tok.sep_token_id) == 2
+        # segment k + 1 starts reuse_len tokens later: its head is what follows segment k's reuse block
+        len_a = ids.index(tok.sep_token_id)
+        assert nxt[:len_a - R] == ids[R:len_a]
+
+
+class Recorder(PretrainCallback):
+    """Records every micro-batch and the `mems` each forward pass receives."""
+
+    def __init__(self):
+        self.batches, self.mems = [], []
+
+    def on_train_begin(self, run):
+        def hook(module, args, kwargs):
+            if module.training:
+                mems = kwargs.get("mems")
+                self.mems.append(None if mems is None else [m.clone() for m in mems])
+        run.unwrapped_model.register_forward_pre_hook(hook, with_kwargs=True)
+
+    def on_micro_batch(self, run, batch):
+        self.batches.append({k: v.clone() for k, v in batch.items()})
+
+
+def test_pretrain_plm_trains_with_memory_and_saves_a_loadable_model(xlnet_tokenizer, tmp_path):
+    recorder = Recorder()
+    result = pretrain(_args(xlnet_tokenizer, tmp_path / "out"), callbacks=[recorder])
+    records = read_log(result.log_path)
+    train = [r for r in records if "loss" in r]
+    assert [r["step"] for r in train] == [1, 2, 3, 4]
+    assert all(r["loss"] > 0 and r["grad_norm"] > 0 for r in train)
+    evals = [r for r in records if "eval_loss" in r]
+    assert len(evals) == 1 and 0 <= evals[0]["eval_accuracy"] <= 1
+
+    config = result.model.config
+    assert config.model_type == "xfmr-xlnet" and config.reuse_len == R and config.mem_len == R
+    # compact collator output, no (B, L, L) tensor
+    batch = recorder.batches[0]
+    assert {"perm_ranks", "target_positions", "labels"} <= set(batch) and "perm_mask" not in batch
+    # Row j of micro-batch m + 1 continues row j of micro-batch m, and gets its memory.
+    assert recorder.mems[0] is None
+    for m in range(1, 4):
+        prev, cur = recorder.batches[m - 1]["input_ids"], recorder.batches[m]["input_ids"]
+        assert torch.equal(cur[:, :4], prev[:, R:R + 4])
+        mems = recorder.mems[m]
+        assert mems is not None and len(mems) == config.n_layer
+        assert mems[0].shape == (R, 2, config.d_model)
+
+    loaded = AutoModelForCausalLM.from_pretrained(result.model_dir).eval()
+    assert type(loaded).__name__ == "XfmrXLNetLMHeadModel"
+    ids = torch.tensor([[10, 11, 12, 13, 14]])
+    result.model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, result.model(input_ids=ids).logits)
+
+
+class Interrupt(PretrainCallback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, run, record):
+        if record["step"] == self.step:
+            raise KeyboardInterrupt
+
+
+def test_resume_continues_exactly_with_the_memory(xlnet_tokenizer, tmp_path):
+    """Dropout on, 2 micro-batches per step: the resumed run restores the memory and matches bit for bit."""
+    common = dict(max_steps=6, save_steps=3, gradient_accumulation_steps=2)
+    full = pretrain(_args(xlnet_tokenizer, tmp_path / "full", **common))
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(_args(xlnet_tokenizer, tmp_path / "cut", **common), callbacks=[Interrupt(4)])
+    saved = list((tmp_path / "cut").rglob("objective_state_0.safetensors"))
+    assert saved, "the memory is saved with the checkpoint"
+    resumed = pretrain(_args(xlnet_tokenizer, tmp_path / "cut", resume="latest", **common))
+
+    def losses(path):
+        return [{k: v for k, v in r.items() if k != "tokens_per_second"} for r in read_log(path)]
+
+    assert losses(resumed.log_path) == losses(full.log_path)
+    a, b = full.model.state_dict(), resumed.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
