@@ -33,7 +33,8 @@ data: $(VADER)
 demo: $(STAMP) $(VADER)
 	$(PY) examples/demo.py
 
-test: $(STAMP)
+# the demo and compare_objectives tests finetune on the VADER sentences: fetched like any other install step
+test: $(STAMP) $(VADER)
 	$(PY) -m pytest -n 2 --timeout 900 tests
 
 bench: $(STAMP)
