@@ -74,6 +74,11 @@ def model_inputs(model, task: str, batch: int = 2, seq_len: int = 7, seed: int =
     else:
         ids, mask = _padded_ids(model.config, generator, batch, seq_len)
         inputs = {"input_ids": ids, "attention_mask": mask}
+    eos = getattr(model.config, "eos_token_id", None)
+    if getattr(model, "pooling", None) == "eos" and eos is not None and task != "multiple-choice":
+        # heads that read the <eos> state (T5, BART) need one per row: at each row's last real token
+        last = inputs["attention_mask"].sum(-1) - 1
+        inputs["input_ids"][torch.arange(batch), last] = eos
     if "decoder_input_ids" in inspect.signature(model.forward).parameters:
         inputs["decoder_input_ids"] = inputs["input_ids"][..., :4].clone()
     return inputs

@@ -4,6 +4,7 @@ Collators (all vectorized torch, seeded with `seed=` or `generator=`, usable as 
     DataCollatorForMLM   BERT/RoBERTa/DistilBERT/ModernBERT masking, whole words, ALBERT n-grams
     DataCollatorForPLM   XLNet permutation LM (official recipe: spans, perm_mask, target_mapping)
     DataCollatorForCLM   GPT causal LM, optional document isolation in packed rows
+    DataCollatorForSpanCorruption   T5 span corruption (sentinels, EOS, no padding)
 Examples / rows:
     create_sop_examples, create_nsp_examples, tokenize_documents   ALBERT SOP / BERT NSP pairs
     pack_stream, PackedCLMDataset                                  CLM rows with carried remainder
@@ -18,14 +19,17 @@ from .mlm import DataCollatorForMLM, tokenize_for_mlm
 from .packing import best_fit_bins, block_diagonal_mask, collate_packed, pack_documents, packing_efficiency
 from .pairs import create_nsp_examples, create_sop_examples, tokenize_documents
 from .plm import DataCollatorForPLM
+from .t5 import DataCollatorForSpanCorruption, compute_input_and_target_lengths
 from .tokenizers import train_tokenizer
 
 __all__ = [
     "DataCollatorForCLM",
     "DataCollatorForMLM",
     "DataCollatorForPLM",
+    "DataCollatorForSpanCorruption",
     "PackedCLMDataset",
     "best_fit_bins",
+    "compute_input_and_target_lengths",
     "block_diagonal_mask",
     "collate_packed",
     "create_nsp_examples",

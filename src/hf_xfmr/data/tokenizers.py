@@ -5,11 +5,12 @@
 | wordpiece (bert)        | WordPiece, lowercase | [PAD] [UNK] [CLS] [SEP] [MASK]                   | [CLS] A [SEP] B [SEP]                |
 | unigram, style=xlnet    | Unigram (Metaspace)  | <pad> <unk> <s> </s> <cls> <sep> <mask> <eod>    | A <sep> B <sep> <cls>, left padding  |
 | unigram, style=albert   | Unigram (Metaspace)  | <pad> <unk> [CLS] [SEP] [MASK]                   | [CLS] A [SEP] B [SEP]                |
+| unigram, style=t5       | Unigram (Metaspace)  | <pad> </s> <unk>; <extra_id_99>..<extra_id_0> last | A </s> B </s>                      |
 | bpe, style=gpt          | byte-level BPE       | <|endoftext|> (bos = eos = unk = pad)             | none                                 |
 | bpe, style=roberta      | byte-level BPE       | <s> <pad> </s> <unk> <mask>                      | <s> A </s></s> B </s>                |
 | bpe, style=modernbert   | byte-level BPE       | [UNK] [CLS] [SEP] [PAD] [MASK] <|endoftext|>     | [CLS] A [SEP] B [SEP]                |
 
-Architecture names are accepted as `kind` too: bert/distilbert -> wordpiece, xlnet/albert ->
+Architecture names are accepted as `kind` too: bert/distilbert -> wordpiece, xlnet/albert/t5 ->
 unigram, gpt/roberta/modernbert -> bpe. Token type ids follow each architecture (XLNet gives its
 final <cls> segment id 2). The result is a `PreTrainedTokenizerFast`; `save_pretrained` it.
 
@@ -24,12 +25,13 @@ from .corpus import default_corpus, iter_texts
 
 _ALIASES = {
     "bert": ("wordpiece", "bert"), "distilbert": ("wordpiece", "bert"), "wordpiece": ("wordpiece", "bert"),
-    "xlnet": ("unigram", "xlnet"), "albert": ("unigram", "albert"), "unigram": ("unigram", None),
+    "xlnet": ("unigram", "xlnet"), "albert": ("unigram", "albert"), "t5": ("unigram", "t5"),
+    "unigram": ("unigram", None),
     "gpt": ("bpe", "gpt"), "gpt2": ("bpe", "gpt"), "roberta": ("bpe", "roberta"),
     "modernbert": ("bpe", "modernbert"), "bpe": ("bpe", None),
 }
 _DEFAULT_STYLE = {"wordpiece": "bert", "unigram": "xlnet", "bpe": "gpt"}
-_STYLES = {"wordpiece": ("bert",), "unigram": ("xlnet", "albert"), "bpe": ("gpt", "roberta", "modernbert")}
+_STYLES = {"wordpiece": ("bert",), "unigram": ("xlnet", "albert", "t5"), "bpe": ("gpt", "roberta", "modernbert")}
 
 # role -> token, per style; the order of `special` is the order of the first vocabulary ids.
 _SPECIALS = {
@@ -43,6 +45,11 @@ _SPECIALS = {
     "albert": dict(special=["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"],
                    roles=dict(pad_token="<pad>", unk_token="<unk>", bos_token="[CLS]", eos_token="[SEP]",
                               cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")),
+    # T5: the 100 sentinels of span corruption are appended after training, <extra_id_0> as the LAST id
+    # (sentinels are counted down from the end of the vocabulary, as in T5's SentencePiece vocabulary).
+    "t5": dict(special=["<pad>", "</s>", "<unk>"],
+               roles=dict(pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+                          additional_special_tokens=[f"<extra_id_{i}>" for i in range(100)])),
     "gpt": dict(special=["<|endoftext|>"],
                 roles=dict(bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>",
                            pad_token="<|endoftext|>")),
@@ -58,6 +65,7 @@ _TEMPLATES = {
     "bert": ("[CLS]:0 $A:0 [SEP]:0", "[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1"),
     "xlnet": ("$A:0 <sep>:0 <cls>:2", "$A:0 <sep>:0 $B:1 <sep>:1 <cls>:2"),
     "albert": ("[CLS]:0 $A:0 [SEP]:0", "[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1"),
+    "t5": ("$A:0 </s>:0", "$A:0 </s>:0 $B:0 </s>:0"),
     "roberta": ("<s>:0 $A:0 </s>:0", "<s>:0 $A:0 </s>:0 </s>:0 $B:0 </s>:0"),
     "modernbert": ("[CLS]:0 $A:0 [SEP]:0", "[CLS]:0 $A:0 [SEP]:0 $B:0 [SEP]:0"),
 }
@@ -100,7 +108,8 @@ def train_tokenizer(kind: str = "wordpiece", corpus=None, vocab_size: int = 8000
     kind, style = _resolve(kind, style)
     spec = _SPECIALS[style]
     specials = spec["special"]
-    min_vocab = len(specials) + (256 if kind == "bpe" else 30)
+    sentinels = 100 if style == "t5" else 0  # part of vocab_size, added after training
+    min_vocab = len(specials) + sentinels + (256 if kind == "bpe" else 30)
     if vocab_size < min_vocab:
         raise ValueError(f"vocab_size={vocab_size} is too small for a {kind} tokenizer; use at least {min_vocab}.")
     if corpus is None:
@@ -123,7 +132,7 @@ def train_tokenizer(kind: str = "wordpiece", corpus=None, vocab_size: int = 8000
         tok.normalizer = normalizers.Sequence(norm)
         tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
         tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token="<unk>",
+        trainer = trainers.UnigramTrainer(vocab_size=vocab_size - sentinels, special_tokens=specials, unk_token="<unk>",
                                           max_piece_length=16, show_progress=False)
     else:
         tok = Tokenizer(models.BPE())
@@ -134,6 +143,8 @@ def train_tokenizer(kind: str = "wordpiece", corpus=None, vocab_size: int = 8000
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(texts, trainer=trainer)
+    if style == "t5":  # <extra_id_99> first, so <extra_id_0> gets the last id
+        tok.add_special_tokens([f"<extra_id_{i}>" for i in reversed(range(100))])
     trained = tok.get_vocab_size(with_added_tokens=True)
     if trained < vocab_size:
         warnings.warn(

@@ -95,6 +95,15 @@ class Conversion:
     tensor_rules: tuple = ()  # TensorRule entries for base-model parameters
     config_extras: tuple = ()
 
+    def config_from_model(self, source_model) -> PretrainedConfig:
+        """Our config for a transformers model instance. By default from its config alone; an architecture
+        whose weights tell something the config does not (T5: a tied or untied output layer) overrides it."""
+        return self.config_from_transformers(source_model.config)
+
+    def prepare_transformers_model(self, hf_model, model) -> None:
+        """Adjust a freshly built transformers model before our weights are loaded into it (default: nothing;
+        T5 unties `lm_head`, which transformers 5 always ties, when ours is untied)."""
+
     def init_kwargs(self, source_model, task: str) -> dict:
         if task != "base" or self.base_init_kwargs is None:
             return {}
@@ -380,7 +389,7 @@ def from_transformers(src, *, task: str | None = None) -> PreTrainedModel:
             )
         src = src.base_model
 
-    config = conversion.config_from_transformers(src.config)
+    config = conversion.config_from_model(src)
     model_class = conversion.tasks[task][1]
     model = model_class._from_config(config, dtype=src.dtype, **_attn_kwargs(src.config),
                                      **conversion.init_kwargs(src, task))
@@ -398,6 +407,7 @@ def to_transformers(model: PreTrainedModel) -> PreTrainedModel:
     hf_class = getattr(transformers, conversion.tasks[task][0])
     hf_model = hf_class._from_config(hf_config, dtype=model.dtype, **_attn_kwargs(model.config, hf_class),
                                      **conversion.init_kwargs(model, task))
+    conversion.prepare_transformers_model(hf_model, model)
     _load_state(hf_model, conversion.state_dict_to_transformers(model.state_dict(), task))
     return hf_model.train(model.training)
 

@@ -11,6 +11,7 @@ An `Objective` says everything the pretraining loop needs to train an architectu
 | `logits_key`     | the output field holding the token logits (for accuracy)                    |
 | `metrics`        | extra evaluation counts (next-sentence / sentence-order accuracy, ...)     |
 | `layout`         | "shuffled" examples, or "contiguous" per-row streams (Transformer-XL/XLNet) |
+| `decoder_length` | encoder-decoders: the longest target a batch can have (length check)        |
 | state hooks      | `initial_state` / `step_inputs` / `update_state`, for objectives that carry |
 |                  | state from one step to the next (XLNet's memory)                           |
 
@@ -18,6 +19,16 @@ Adding an objective = one `register_objective(Objective(...))` call; an architec
 once the objective's name is in its registry entry (`Architecture.objectives`) and it has a model
 class for the objective's `task`. Per-architecture differences (ALBERT's n-gram masking, ModernBERT's
 30% masking rate) live in `arch_settings`, keyed by architecture name.
+
+Encoder-decoder objectives (T5 span corruption, BART text infilling)
+-------------------------------------------------------------------
+An objective whose `task` is "seq2seq-lm" trains the architecture's `ForConditionalGeneration`. Its
+collator yields `input_ids` / `attention_mask` for the encoder and `labels` (-100 on padding) for the
+decoder, optionally with `decoder_input_ids` / `decoder_attention_mask` (without them the model feeds
+the decoder the labels shifted right). The loss is the model's (chunked cross-entropy over the labels),
+accuracy is scored on the unshifted labels (`shift_labels=False`), and `decoder_length(settings)` gives
+the longest target so the pretraining loop checks that a full-length input AND target fit the model.
+`max_seq_length` is the encoder input length.
 
 Stateful objectives (the hook interface)
 ----------------------------------------
@@ -116,6 +127,7 @@ class Objective:
     initial_state: Callable[[int], dict] = _no_state
     step_inputs: Callable[[dict, dict], dict] = _batch_as_inputs
     update_state: Callable[[dict, Any, dict], dict] = _keep_state
+    decoder_length: Callable[[ObjectiveSettings], int] | None = None
 
     def __post_init__(self):
         if self.layout not in LAYOUTS:
@@ -126,6 +138,11 @@ class Objective:
         defaults = self.arch_settings.get(settings.arch, {})
         unset = {k: v for k, v in defaults.items() if getattr(settings, k) is None}
         return replace(settings, **unset)
+
+    @property
+    def seq2seq(self) -> bool:
+        """Trains an encoder-decoder (`ForConditionalGeneration`) on input -> target pairs."""
+        return self.task == "seq2seq-lm"
 
     @property
     def stateful(self) -> bool:
@@ -416,4 +433,42 @@ register_objective(Objective(
     config_defaults={"reuse_len": lambda args: _plm_reuse_len(args.max_seq_length),
                      "mem_len": lambda args: _plm_reuse_len(args.max_seq_length)},
     initial_state=_no_state, step_inputs=_plm_step_inputs, update_state=_plm_update_state,
+))
+
+
+# ----------------------------------------------------------------------------------------------
+# T5 span corruption (encoder-decoder: task "seq2seq-lm")
+# ----------------------------------------------------------------------------------------------
+
+def _span_corruption_examples(tokenizer, texts, settings):
+    """Documents joined by EOS and cut into rows of the text length whose corrupted input has
+    `max_seq_length` tokens (T5's `compute_input_and_target_lengths`); a short tail is kept only when
+    it is the corpus's only row (a partial row pads its batch)."""
+    from ..data.t5 import compute_input_and_target_lengths
+
+    tokens_length, _ = compute_input_and_target_lengths(settings.max_seq_length)
+    documents = [d for d in tokenizer(list(texts), add_special_tokens=False)["input_ids"] if d]
+    if not documents:
+        return []
+    rows = [row["input_ids"] for row in pack_stream(documents, tokens_length, tokenizer.eos_token_id)]
+    full = [row for row in rows if len(row) == tokens_length]
+    return [{"input_ids": row} for row in (full or [r for r in rows if len(r) >= 2])]
+
+
+def _span_corruption_collator(tokenizer, settings):
+    from ..data.t5 import DataCollatorForSpanCorruption
+
+    return SeededCollator(DataCollatorForSpanCorruption(tokenizer))
+
+
+def _span_corruption_target_length(settings):
+    from ..data.t5 import compute_input_and_target_lengths
+
+    return compute_input_and_target_lengths(settings.max_seq_length)[1]
+
+
+register_objective(Objective(
+    name="span-corruption", description="T5 span corruption (15% of tokens in spans of mean 3 -> sentinels)",
+    task="seq2seq-lm", build_examples=_span_corruption_examples, make_collator=_span_corruption_collator,
+    required_tokens=("eos_token", "pad_token"), decoder_length=_span_corruption_target_length,
 ))

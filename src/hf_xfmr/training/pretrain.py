@@ -279,21 +279,30 @@ def build_config(arch, model_class, tokenizer, objective: Objective, args: Pretr
         raise ValueError(f"Cannot build the {arch.name} config (--preset {args.preset}): {err}") from None
 
 
-def _check_sequence_length(model, tokenizer, length: int) -> None:
-    """One no-grad forward of a full-length row: a too-short position table fails here, with a clear message."""
+def _check_sequence_length(model, tokenizer, length: int, decoder_length: int | None = None) -> None:
+    """One no-grad forward of a full-length row: a too-short position table fails here, with a clear message.
+
+    An encoder-decoder also gets a full-length decoder row: `decoder_length` tokens (the objective's longest
+    target, `Objective.decoder_length`), else `length`."""
     special = set(getattr(tokenizer, "all_special_ids", []))
     token = next(i for i in range(len(tokenizer)) if i not in special)
     ids = torch.full((1, length), token, dtype=torch.long)
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if getattr(model.config, "is_encoder_decoder", False):
+        decoder_length = length if decoder_length is None else decoder_length
+        inputs["decoder_input_ids"] = torch.full((1, decoder_length), token, dtype=torch.long)
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            model(input_ids=ids, attention_mask=torch.ones_like(ids))
+            model(**inputs)
     except (IndexError, RuntimeError, ValueError) as err:
+        rows = f"{length} tokens" if "decoder_input_ids" not in inputs else \
+            f"{length} input tokens and {inputs['decoder_input_ids'].shape[1]} target tokens"
         raise ValueError(
-            f"--max_seq_length {length}: the model cannot take rows of {length} tokens ({type(err).__name__}: "
+            f"--max_seq_length {length}: the model cannot take rows of {rows} ({type(err).__name__}: "
             f"{str(err).splitlines()[0][:200]}). Lower --max_seq_length or raise the position table, e.g. "
-            f"--config_overrides max_position_embeddings={length + 2}.") from None
+            f"--config_overrides max_position_embeddings={max(length, decoder_length or 0) + 2}.") from None
     finally:
         model.train(was_training)
 
@@ -493,7 +502,8 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     if not (deepspeed and _zero3_init()):
-        _check_sequence_length(model, tokenizer, args.max_seq_length)
+        decoder_length = objective.decoder_length(settings) if objective.decoder_length is not None else None
+        _check_sequence_length(model, tokenizer, args.max_seq_length, decoder_length)
     resume_settings = {
         "arch": arch.name, "objective": objective.name, "seed": args.seed, "world_size": world,
         "per_device_train_batch_size": args.per_device_train_batch_size,

@@ -1,0 +1,160 @@
+"""What every encoder-decoder (T5, BART) shares: decoder inputs from labels, the encoder entry point
+`generate()` runs once, and the sequence-to-sequence LM head.
+
+- `shift_tokens_right(labels, pad_token_id, decoder_start_token_id)`: teacher forcing. The decoder
+  input at step t is the target at t - 1, the first one the start token; -100 (ignored targets) become
+  the pad id. `check_decoder_inputs` rejects `labels` / `decoder_input_ids` that disagree in shape.
+- `EncoderEntry`: what `get_encoder()` returns. transformers' `generate` calls it once with the
+  prompt and then only the decoder, step by step, with the encoder output, a self-attention cache and
+  the cross-attention keys/values computed on the first step (an `EncoderDecoderCache`).
+- `Seq2SeqLMHead`: backbone (`self.model`, returning a `Seq2SeqModelOutput`), then `lm_head`; the loss
+  is computed by `layers.cross_entropy.linear_cross_entropy` in training (no (B, T, V) logits), and
+  `generate()` (greedy, sampling, beam search) with the argument checks of `models/generation.py`.
+  An architecture states its output scaling (`decoder_output_scale`: T5's d_model^-0.5 with a tied
+  head) and an optional logits bias (`logits_bias`: BART's `final_logits_bias`).
+
+The backbone's forward takes `input_ids, attention_mask, decoder_input_ids, decoder_attention_mask,
+encoder_outputs, past_key_values, inputs_embeds, decoder_inputs_embeds, use_cache, output_attentions,
+output_hidden_states, return_dict` and its `get_encoder()` returns an `EncoderEntry` (or a module with
+the same call signature).
+
+Shapes: B batch, S encoder tokens, T decoder tokens, C hidden size, V vocabulary.
+"""
+
+import torch
+from torch import nn
+from transformers.modeling_outputs import Seq2SeqLMOutput
+
+from .generation import CheckedGenerationMixin, lm_logits_and_loss
+from .heads import TaskHead
+from .losses import IGNORE_INDEX
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int | None, decoder_start_token_id: int | None):
+    """(B, T) labels -> (B, T) decoder inputs: [start, labels[:-1]] with -100 replaced by the pad id."""
+    if decoder_start_token_id is None:
+        raise ValueError(
+            "`decoder_start_token_id` is not set in the model config, so decoder inputs cannot be derived from "
+            "`labels`: set it (T5 uses the pad id, 0; BART the </s> id, 2), e.g. "
+            "model.config.decoder_start_token_id = 0, or pass `decoder_input_ids` yourself."
+        )
+    if pad_token_id is None:
+        raise ValueError("`pad_token_id` is not set in the model config; it replaces the ignored (-100) labels "
+                         "in the decoder inputs. Set model.config.pad_token_id.")
+    shifted = labels.new_full(labels.shape, decoder_start_token_id)  # (B, T)
+    shifted[:, 1:] = labels[:, :-1]
+    return shifted.masked_fill_(shifted == IGNORE_INDEX, pad_token_id)
+
+
+def check_decoder_inputs(decoder_input_ids, decoder_inputs_embeds, labels) -> None:
+    """`labels` must have one entry per decoder input when both are given."""
+    if labels is None:
+        return
+    source = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
+    if labels.dim() != 2:
+        raise ValueError(f"`labels` must have shape (batch, target_len), got {tuple(labels.shape)}.")
+    if source is not None and tuple(source.shape[:2]) != tuple(labels.shape):
+        name = "decoder_input_ids" if decoder_input_ids is not None else "decoder_inputs_embeds"
+        raise ValueError(
+            f"`{name}` has shape {tuple(source.shape[:2])} but `labels` has shape {tuple(labels.shape)}: the decoder "
+            f"predicts one label per input. Pass only `labels` (the decoder inputs are then the labels shifted "
+            f"right) or decoder inputs of the labels' shape."
+        )
+
+
+class EncoderEntry:
+    """The encoder half of an encoder-decoder as a callable `generate()` can run on its own.
+
+    `run(input_ids, attention_mask, inputs_embeds, output_attentions, output_hidden_states)` must return
+    a `BaseModelOutput`. Not a module: it owns no parameters (they stay in the model).
+    """
+
+    def __init__(self, run):
+        self._run = run
+
+    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None):
+        return self._run(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
+                         output_attentions=output_attentions, output_hidden_states=output_hidden_states)
+
+    __call__ = forward
+
+
+class Seq2SeqLMHead(TaskHead, CheckedGenerationMixin):
+    """Encoder-decoder language model: backbone, then `lm_head` over the decoder output; `generate()`.
+
+    Labels (B, T) are the target ids (-100 where nothing is predicted); without `decoder_input_ids` the
+    decoder reads the labels shifted right (`shift_tokens_right`). In training mode with labels and
+    `config.chunked_lm_loss` (default True) the loss is computed chunk by chunk and `logits` is None.
+    """
+
+    accepts_loss_kwargs = True  # `num_items_in_batch` is honoured (Trainer's gradient accumulation)
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.lm_head = self.build_lm_head(config)
+        self.post_init()
+
+    # Hooks ----------------------------------------------------------------------------------------
+    def build_lm_head(self, config) -> nn.Module:
+        return nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def decoder_output_scale(self) -> float | None:
+        """Factor applied to the decoder output before `lm_head` (None: none)."""
+        return None
+
+    def logits_bias(self) -> torch.Tensor | None:
+        """(V,) tensor added to the logits (None: none)."""
+        return None
+
+    def generation_position_limit(self) -> int | None:
+        return getattr(self.config, "max_position_embeddings", None)
+
+    # transformers interface -----------------------------------------------------------------------
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head = new_embeddings
+
+    def get_encoder(self, modality=None):
+        return self.model.get_encoder()
+
+    def get_decoder(self):
+        return self.model.decoder
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor):
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
+                encoder_outputs=None, past_key_values=None, inputs_embeds=None, decoder_inputs_embeds=None,
+                labels=None, use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None,
+                num_items_in_batch=None, logits_to_keep=0, cache=None, **kwargs):
+        """`labels` (B, T): target ids, -100 where nothing is predicted. `cache` is transformers 5's name
+        for `past_key_values` (what `generate` passes)."""
+        past_key_values = cache if cache is not None else past_key_values
+        check_decoder_inputs(decoder_input_ids, decoder_inputs_embeds, labels)
+        if labels is not None and decoder_input_ids is None and decoder_inputs_embeds is None:
+            decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        out = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values, inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache, output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            return_dict=True, **kwargs,
+        )
+        hidden_states = out.last_hidden_state  # (B, T, C)
+        scale = self.decoder_output_scale()
+        if scale is not None:
+            hidden_states = hidden_states * scale
+        chunked = getattr(self.config, "chunked_lm_loss", True) and self.training and labels is not None
+        logits, loss = lm_logits_and_loss(
+            self.lm_head, hidden_states, labels, shift=False, logits_to_keep=logits_to_keep,
+            num_items_in_batch=num_items_in_batch, return_logits=not chunked, logits_bias=self.logits_bias(),
+        )
+        return self.finish(Seq2SeqLMOutput(
+            loss=loss, logits=logits, cache=out.cache, decoder_hidden_states=out.decoder_hidden_states,
+            decoder_attentions=out.decoder_attentions, cross_attentions=out.cross_attentions,
+            encoder_last_hidden_state=out.encoder_last_hidden_state, encoder_hidden_states=out.encoder_hidden_states,
+            encoder_attentions=out.encoder_attentions,
+        ), return_dict)

@@ -1,0 +1,479 @@
+"""T5: a pre-norm Transformer encoder-decoder with a bucketed relative position bias.
+
+Paper: Raffel et al., 2020, "Exploring the Limits of Transfer Learning with a Unified Text-to-Text
+Transformer" (https://arxiv.org/abs/1910.10683), sec. 2.1: RMS layer norm without bias or mean
+subtraction, pre-norm residual blocks, no position embeddings but a learned scalar per head and
+relative-distance bucket added to the attention scores (one table per stack, shared by its layers),
+no 1/sqrt(d) score scaling (folded into the initialisation), and an output layer tied to the input
+embeddings with the decoder output scaled by d_model^-0.5. T5 v1.1 uses a GEGLU feed-forward block
+(Shazeer 2020) and an untied output layer. Parity reference: transformers' `T5Model`,
+`T5ForConditionalGeneration`, `T5EncoderModel` and heads, through `convert_t5.py`.
+
+Deliberate deviations from the reference (outputs unchanged):
+- the relative bias is computed once per stack and added to the padding / causal mask once, giving one
+  additive (B, H, T, T) attention mask that every layer passes to SDPA (the reference re-adds the mask
+  in every layer); the table lives on the stack (`encoder.relative_attention_bias`), not in layer 0.
+- projections use the names every hf_xfmr model uses (`q_proj`, `k_proj`, `v_proj`, `o_proj`, `up_proj`,
+  `down_proj`); a gated feed-forward block has one fused `up_proj` ([wi_0; wi_1]).
+- `tie_word_embeddings=False` unties the output layer (transformers 5 keeps T5's head tied whatever the
+  flag says and only drops the output scaling).
+- in training mode with labels the LM loss is computed chunk by chunk without the (B, T, V) logits.
+- no fp16 clamping of the residual stream (train in bf16 or fp32).
+
+Shapes: B batch, S encoder tokens, T decoder (or stack) tokens, P cached decoder tokens, C d_model,
+H heads, D d_kv, F d_ff, V vocabulary.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.cache_utils import EncoderDecoderCache
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqModelOutput
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from ...layers.attention import ATTENTION_KERNELS, eager_attention_forward
+from ...layers.dropout import Dropout
+from ...layers.fused_dropout import attention_with_dropout, relu_dropout
+from ...layers.masks import causal_mask
+from ...layers.mlp import GLU, get_activation
+from ...layers.norms import RMSNorm
+from ...layers.relative_bias import relative_position_bias
+from ..generation import cached_length, prepare_cache
+from ..heads import QuestionAnsweringHead, SequenceClassificationHead, TokenClassificationHead
+from ..input_checks import check_encoder_inputs
+from ..seq2seq import EncoderEntry, Seq2SeqLMHead, shift_tokens_right
+from .configuration_t5 import XfmrT5Config
+
+
+class XfmrT5Attention(nn.Module):
+    """Multi-head attention without score scaling; self-attention (with a KV cache in the decoder) or
+    cross-attention over the encoder output (its keys/values cached once per generation)."""
+
+    def __init__(self, config, layer_idx: int, is_cross_attention: bool = False):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.is_cross_attention = is_cross_attention
+        self.num_heads = config.num_heads
+        self.head_dim = config.d_kv
+        self.dropout_p = config.dropout_rate
+        inner = config.num_heads * config.d_kv
+        factor = config.initializer_factor
+        self.q_proj = nn.Linear(config.d_model, inner, bias=False)
+        self.k_proj = nn.Linear(config.d_model, inner, bias=False)
+        self.v_proj = nn.Linear(config.d_model, inner, bias=False)
+        self.o_proj = nn.Linear(inner, config.d_model, bias=False)
+        # Mesh TensorFlow init: the missing 1/sqrt(D) score scaling is folded into q's init.
+        self.q_proj.init_std = factor * (config.d_model * config.d_kv) ** -0.5
+        self.k_proj.init_std = self.v_proj.init_std = factor * config.d_model**-0.5
+        self.o_proj.init_std = factor * inner**-0.5
+
+    def _project(self, proj, states):
+        batch, length, _ = states.shape
+        return proj(states).view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, D)
+
+    def forward(self, hidden_states, attention_mask=None, key_value_states=None, past_key_values=None,
+                output_attentions=False):
+        """`attention_mask`: bool (True = attend) or additive float, broadcastable to (B, H, T, K).
+        `key_value_states` (B, S, C): the encoder output, for cross-attention."""
+        batch, seq_len, _ = hidden_states.shape
+        q = self._project(self.q_proj, hidden_states)  # (B, H, T, D)
+        if self.is_cross_attention:
+            cache = past_key_values.cross_attention_cache if past_key_values is not None else None
+            if cache is not None and past_key_values.is_updated.get(self.layer_idx):
+                # encoder keys/values were projected on the first decoding step; reuse them
+                k, v = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values  # (B, H, S, D)
+            else:
+                k = self._project(self.k_proj, key_value_states)  # (B, H, S, D)
+                v = self._project(self.v_proj, key_value_states)  # (B, H, S, D)
+                if cache is not None:
+                    k, v = cache.update(k, v, self.layer_idx)
+                    past_key_values.is_updated[self.layer_idx] = True
+        else:
+            k = self._project(self.k_proj, hidden_states)  # (B, H, T, D)
+            v = self._project(self.v_proj, hidden_states)  # (B, H, T, D)
+            if past_key_values is not None:
+                cache = past_key_values.self_attention_cache
+                k, v = cache.update(k, v, self.layer_idx)  # (B, H, P + T, D) each
+
+        implementation = "eager" if output_attentions else self.config._attn_implementation
+        dropout = self.dropout_p if self.training else 0.0
+        if dropout > 0.0 and q.device.type == "cpu" and q.dtype == torch.float32 and implementation in ATTENTION_KERNELS:
+            # CPU training: torch has no fused kernel with dropout; this one keeps one (B, H, T, K) tensor, not three
+            out, weights = attention_with_dropout(q, k, v, attention_mask, scaling=1.0, p=dropout), None
+        elif implementation == "sdpa":
+            # The stack's masks are finite (finfo.min, never -inf) and every query sees a key (its own position,
+            # or a real encoder token), so torch's kernel takes them as they are, as the reference does.
+            if attention_mask is not None and attention_mask.is_floating_point():
+                attention_mask = attention_mask.to(q.dtype)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=dropout, scale=1.0)
+            out, weights = out.transpose(1, 2), None  # (B, T, H, D)
+        else:
+            # Our eager/sdpa kernels (layers/attention.py) first; any other registered kernel (flex, custom) as is.
+            attention = ATTENTION_KERNELS.get(implementation) or ALL_ATTENTION_FUNCTIONS.get_interface(
+                implementation, eager_attention_forward
+            )
+            out, weights = attention(self, q, k, v, attention_mask, scaling=1.0, dropout=dropout)
+        out = out.reshape(batch, seq_len, -1)  # (B, T, H, D) -> (B, T, H * D)
+        return self.o_proj(out), weights
+
+
+class XfmrT5MLP(nn.Module):
+    """(..., C) -> (..., C): down_proj(dropout(act(up_proj(x)))) (T5 v1.0's ReLU block)."""
+
+    def __init__(self, config):
+        super().__init__()
+        factor = config.initializer_factor
+        self.up_proj = nn.Linear(config.d_model, config.d_ff, bias=False)
+        self.act = get_activation(config.dense_act_fn)
+        self.fuse_relu_dropout = config.dense_act_fn == "relu"
+        self.dropout = Dropout(config.dropout_rate)
+        self.down_proj = nn.Linear(config.d_ff, config.d_model, bias=False)
+        self.up_proj.init_std = factor * config.d_model**-0.5
+        self.down_proj.init_std = factor * config.d_ff**-0.5
+
+    def forward(self, x):
+        hidden = self.up_proj(x)  # (..., F)
+        if self.fuse_relu_dropout and self.training and x.device.type == "cpu":
+            hidden = relu_dropout(hidden, self.dropout.p)  # keeps only its output for backward
+        else:
+            hidden = self.dropout(self.act(hidden))
+        return self.down_proj(hidden)
+
+
+def build_mlp(config) -> nn.Module:
+    """T5 v1.0's block, or a gated one (v1.1's GEGLU: down(dropout(gelu(x W0) * x W1)), fused up_proj)."""
+    if not config.is_gated_act:
+        return XfmrT5MLP(config)
+    mlp = GLU(config.d_model, config.d_ff, config.dense_act_fn, bias=False, dropout=config.dropout_rate)
+    mlp.up_proj.init_std = config.initializer_factor * config.d_model**-0.5
+    mlp.down_proj.init_std = config.initializer_factor * config.d_ff**-0.5
+    return mlp
+
+
+class XfmrT5Layer(GradientCheckpointingLayer):
+    """Pre-norm block: x += Attn(norm(x)); [decoder: x += CrossAttn(norm(x), encoder)]; x += MLP(norm(x))."""
+
+    def __init__(self, config, layer_idx: int, is_decoder: bool):
+        super().__init__()
+        eps = config.layer_norm_epsilon
+        self.attn_norm = RMSNorm(config.d_model, eps=eps)
+        self.attn = XfmrT5Attention(config, layer_idx)
+        if is_decoder:
+            self.cross_attn_norm = RMSNorm(config.d_model, eps=eps)
+            self.cross_attn = XfmrT5Attention(config, layer_idx, is_cross_attention=True)
+        self.mlp_norm = RMSNorm(config.d_model, eps=eps)
+        self.mlp = build_mlp(config)
+        self.dropout = Dropout(config.dropout_rate)
+
+    def forward(self, hidden_states, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
+                past_key_values=None, output_attentions=False):
+        attn_out, self_weights = self.attn(self.attn_norm(hidden_states), attention_mask,
+                                           past_key_values=past_key_values, output_attentions=output_attentions)
+        hidden_states = hidden_states + self.dropout(attn_out)
+        cross_weights = None
+        if encoder_hidden_states is not None:
+            cross_out, cross_weights = self.cross_attn(
+                self.cross_attn_norm(hidden_states), encoder_attention_mask, key_value_states=encoder_hidden_states,
+                past_key_values=past_key_values, output_attentions=output_attentions,
+            )
+            hidden_states = hidden_states + self.dropout(cross_out)
+        hidden_states = hidden_states + self.dropout(self.mlp(self.mlp_norm(hidden_states)))
+        return hidden_states, self_weights, cross_weights
+
+
+class XfmrT5Stack(nn.Module):
+    """The encoder (bidirectional) or decoder (causal, cross-attending) stack over embedded tokens.
+
+    The relative position bias is computed here once and folded, with the padding (and causal) mask,
+    into a single additive mask shared by every layer.
+    """
+
+    def __init__(self, config, is_decoder: bool):
+        super().__init__()
+        self.config = config
+        self.is_decoder = is_decoder
+        self.relative_attention_bias = nn.Embedding(config.relative_attention_num_buckets, config.num_heads)
+        self.relative_attention_bias.init_std = config.initializer_factor * config.d_model**-0.5
+        num_layers = config.num_decoder_layers if is_decoder else config.num_layers
+        self.layers = nn.ModuleList(XfmrT5Layer(config, i, is_decoder) for i in range(num_layers))
+        self.norm = RMSNorm(config.d_model, eps=config.layer_norm_epsilon)
+        self.dropout = Dropout(config.dropout_rate)
+
+    def self_attention_mask(self, attention_mask, seq_len: int, past_length: int, dtype):
+        """Additive (1 or B, H, T, P + T) mask: relative bias, finfo.min where a key is hidden."""
+        total = past_length + seq_len
+        bias = relative_position_bias(
+            self.relative_attention_bias.weight, seq_len, total, bidirectional=not self.is_decoder,
+            max_distance=self.config.relative_attention_max_distance, past_length=past_length,
+        ).to(dtype)  # (1, H, T, P + T)
+        visible = None
+        if self.is_decoder and seq_len > 1:
+            visible = causal_mask(seq_len, total, device=bias.device)[None, None]  # (1, 1, T, P + T)
+        if attention_mask is not None:
+            if attention_mask.dim() != 2:
+                raise ValueError(f"T5 takes a 2-D (batch, seq_len) 0/1 attention mask, got shape "
+                                 f"{tuple(attention_mask.shape)}; the causal part is added by the model.")
+            padding = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, P + T)
+            visible = padding if visible is None else visible & padding
+        if visible is None:
+            return bias
+        return bias.masked_fill(~visible, torch.finfo(dtype).min)
+
+    def forward(self, inputs_embeds, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
+                past_key_values=None, output_attentions=False, output_hidden_states=False):
+        """inputs_embeds (B, T, C); attention_mask (B, P + T) 0/1; encoder_attention_mask (B, S) 0/1."""
+        batch, seq_len, _ = inputs_embeds.shape
+        past_length = cached_length(past_key_values.self_attention_cache) if past_key_values is not None else 0
+        if attention_mask is not None and attention_mask.dim() == 2 and \
+                tuple(attention_mask.shape) != (batch, past_length + seq_len):
+            cached = f" ({past_length} cached + {seq_len} new)" if past_length else ""
+            raise ValueError(f"The attention mask has shape {tuple(attention_mask.shape)} but must be "
+                             f"({batch}, {past_length + seq_len}){cached}: one entry per token.")
+        if attention_mask is not None and attention_mask.dim() == 2 and not torch.compiler.is_compiling():
+            if bool(attention_mask.all()):
+                attention_mask = None  # nothing to hide: the bias stays (1, H, T, P + T), shared by the batch
+        mask = self.self_attention_mask(attention_mask, seq_len, past_length, inputs_embeds.dtype)
+        cross_mask = None
+        if encoder_hidden_states is not None and encoder_attention_mask is not None:
+            if torch.compiler.is_compiling() or not bool(encoder_attention_mask.all()):
+                cross_mask = encoder_attention_mask.bool()[:, None, None, :]  # (B, 1, 1, S)
+
+        hidden_states = self.dropout(inputs_embeds)
+        all_hidden = (hidden_states,) if output_hidden_states else None
+        all_self, all_cross = ((), ()) if output_attentions else (None, None)
+        for layer in self.layers:
+            hidden_states, self_weights, cross_weights = layer(
+                hidden_states, mask, encoder_hidden_states, cross_mask, past_key_values=past_key_values,
+                output_attentions=output_attentions,
+            )
+            if output_hidden_states:
+                all_hidden += (hidden_states,)
+            if output_attentions:
+                all_self += (self_weights,)
+                all_cross += (cross_weights,)
+        hidden_states = self.dropout(self.norm(hidden_states))
+        if output_hidden_states:  # the last entry is the final (normalised) output
+            all_hidden = all_hidden[:-1] + (hidden_states,)
+        return hidden_states, all_hidden, all_self, all_cross
+
+
+class XfmrT5PreTrainedModel(PreTrainedModel):
+    config_class = XfmrT5Config
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["XfmrT5Layer"]
+    _skip_keys_device_placement = ["past_key_values", "cache"]
+    _supports_sdpa = True
+    _supports_flash_attn = False  # the relative bias is an additive mask
+    _supports_flex_attn = False
+
+    def _init_weights(self, module):
+        """T5's Mesh TensorFlow init: N(0, std) with the std each module was tagged with (`init_std`),
+        embeddings and untied output layers N(0, factor), norms to one."""
+        from transformers import initialization as init
+
+        factor = self.config.initializer_factor
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            default = factor if isinstance(module, nn.Embedding) else factor * self.config.d_model**-0.5
+            init.normal_(module.weight, mean=0.0, std=getattr(module, "init_std", default))
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, RMSNorm):
+            init.ones_(module.weight)
+
+
+def _embed(shared: nn.Embedding, input_ids, inputs_embeds, vocab_size: int, what: str):
+    """(B, T) ids -> (B, T, C) embeddings (or the given embeddings), after the usual input checks."""
+    check_encoder_inputs(input_ids, inputs_embeds, None, None, None, vocab_size=vocab_size, type_vocab_size=None,
+                         max_positions=None)
+    return shared(input_ids) if inputs_embeds is None else inputs_embeds
+
+
+def _check_mask(name, mask, embeds):
+    if mask is not None and mask.dim() == 2 and tuple(mask.shape) != tuple(embeds.shape[:2]):
+        raise ValueError(f"`{name}` has shape {tuple(mask.shape)} but the inputs have shape "
+                         f"{tuple(embeds.shape[:2])}; it must have one entry per token.")
+
+
+class XfmrT5EncoderModel(XfmrT5PreTrainedModel):
+    """The encoder alone (`T5EncoderModel`): embeddings and the bidirectional stack."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.shared = nn.Embedding(config.vocab_size, config.d_model)
+        self.encoder = XfmrT5Stack(config, is_decoder=False)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.shared
+
+    def set_input_embeddings(self, value):
+        self.shared = value
+
+    def get_encoder(self, modality=None):
+        return EncoderEntry(self.run_encoder)
+
+    def run_encoder(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
+                    output_hidden_states=None):
+        config = self.config
+        output_attentions = config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        embeds = _embed(self.shared, input_ids, inputs_embeds, config.vocab_size, "input_ids")  # (B, S, C)
+        _check_mask("attention_mask", attention_mask, embeds)
+        hidden, all_hidden, all_attn, _ = self.encoder(embeds, attention_mask, output_attentions=output_attentions,
+                                                       output_hidden_states=output_hidden_states)
+        return BaseModelOutput(last_hidden_state=hidden, hidden_states=all_hidden, attentions=all_attn)
+
+    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None):
+        out = self.run_encoder(input_ids, attention_mask, inputs_embeds, output_attentions, output_hidden_states)
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        return out if return_dict else out.to_tuple()
+
+
+class XfmrT5Model(XfmrT5EncoderModel):
+    """Encoder and decoder sharing one embedding matrix (`T5Model`); returns the decoder output."""
+
+    def __init__(self, config):
+        XfmrT5PreTrainedModel.__init__(self, config)
+        self.shared = nn.Embedding(config.vocab_size, config.d_model)
+        self.encoder = XfmrT5Stack(config, is_decoder=False)
+        self.decoder = XfmrT5Stack(config, is_decoder=True)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
+                encoder_outputs=None, past_key_values=None, inputs_embeds=None, decoder_inputs_embeds=None,
+                use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None, cache=None):
+        """Decoder inputs are required here (the task heads derive them from labels or input_ids).
+        `past_key_values` (or `cache`): an `EncoderDecoderCache` from an earlier decoding step."""
+        config = self.config
+        past_key_values = cache if cache is not None else past_key_values
+        output_attentions = config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        if encoder_outputs is None:
+            encoder_outputs = self.run_encoder(input_ids, attention_mask, inputs_embeds, output_attentions,
+                                               output_hidden_states)
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            raise ValueError(
+                "XfmrT5Model needs `decoder_input_ids` (or `decoder_inputs_embeds`): pass the targets shifted right "
+                "(hf_xfmr.models.seq2seq.shift_tokens_right), or use XfmrT5ForConditionalGeneration with `labels`."
+            )
+        if use_cache is None:
+            use_cache = config.use_cache and not self.training
+        past_key_values = prepare_cache(past_key_values, use_cache, config, cross_attention=True)
+        embeds = _embed(self.shared, decoder_input_ids, decoder_inputs_embeds, config.vocab_size,
+                        "decoder_input_ids")  # (B, T, C)
+        encoder_hidden = encoder_outputs.last_hidden_state  # (B, S, C)
+        if encoder_hidden.shape[0] != embeds.shape[0]:
+            raise ValueError(f"The encoder batch has {encoder_hidden.shape[0]} rows but the decoder inputs "
+                             f"{embeds.shape[0]}; pass one target sequence per input sequence.")
+        _check_mask("attention_mask", attention_mask, encoder_hidden)
+        hidden, all_hidden, all_self, all_cross = self.decoder(
+            embeds, decoder_attention_mask, encoder_hidden, attention_mask, past_key_values=past_key_values,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+        )
+        output = Seq2SeqModelOutput(
+            last_hidden_state=hidden, cache=past_key_values if use_cache else None,
+            decoder_hidden_states=all_hidden, decoder_attentions=all_self, cross_attentions=all_cross,
+            encoder_last_hidden_state=encoder_hidden, encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+        return_dict = config.return_dict if return_dict is None else return_dict
+        return output if return_dict else output.to_tuple()
+
+
+# -- heads (shared machinery in models/heads.py and models/seq2seq.py) --------------------------------
+class XfmrT5ForConditionalGeneration(Seq2SeqLMHead, XfmrT5PreTrainedModel):
+    """Text-to-text LM: decoder output (scaled by d_model^-0.5 when tied) -> `lm_head`; `generate()`."""
+
+    base_model_class = XfmrT5Model
+
+    def __init__(self, config):
+        if config.tie_word_embeddings:
+            self._tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
+        super().__init__(config)
+
+    def _init_weights(self, module):
+        if module is getattr(self, "lm_head", None):
+            module.init_std = self.config.initializer_factor
+        super()._init_weights(module)
+
+    def decoder_output_scale(self):
+        return self.config.d_model**-0.5 if self.config.tie_word_embeddings else None
+
+    def generation_position_limit(self):
+        return None  # relative positions: no table to run out of
+
+
+class _DecoderInputsFromInputs:
+    """T5's classification and QA heads run the decoder on the input shifted right unless told otherwise."""
+
+    def encode(self, **inputs):
+        if inputs.get("decoder_input_ids") is None and inputs.get("decoder_inputs_embeds") is None:
+            if inputs.get("input_ids") is None:
+                raise ValueError(f"{type(self).__name__} needs `input_ids` (its decoder reads them shifted right) "
+                                 f"or explicit `decoder_input_ids`.")
+            inputs["decoder_input_ids"] = shift_tokens_right(inputs["input_ids"], self.config.pad_token_id,
+                                                             self.config.decoder_start_token_id)
+        inputs.setdefault("use_cache", False)
+        out = super().encode(**inputs)
+        # The shared heads read the decoder side: its output, hidden states and self-attentions.
+        return BaseModelOutput(last_hidden_state=out.last_hidden_state, hidden_states=out.decoder_hidden_states,
+                               attentions=out.decoder_attentions)
+
+
+class XfmrT5ClassificationHead(nn.Module):
+    """dropout -> dense -> tanh -> dropout -> out_proj, on the decoder state at the last <eos>."""
+
+    def __init__(self, config, num_outputs):
+        super().__init__()
+        self.dense = nn.Linear(config.d_model, config.d_model)
+        self.dropout = Dropout(config.classifier_dropout)
+        self.out_proj = nn.Linear(config.d_model, num_outputs)
+
+    def forward(self, x):
+        return self.out_proj(self.dropout(torch.tanh(self.dense(self.dropout(x)))))
+
+
+class XfmrT5ForSequenceClassification(_DecoderInputsFromInputs, SequenceClassificationHead, XfmrT5PreTrainedModel):
+    """Encoder-decoder over the input; the decoder state at each row's last <eos> -> `classifier`."""
+
+    base_model_class = XfmrT5Model
+    pooling = "eos"
+
+    def build_classifier(self, config, num_outputs):
+        return XfmrT5ClassificationHead(config, num_outputs)
+
+
+class XfmrT5ForTokenClassification(TokenClassificationHead, XfmrT5PreTrainedModel):
+    """The encoder alone, then dropout + a linear `classifier` per token."""
+
+    base_model_class = XfmrT5EncoderModel
+
+    def _init_weights(self, module):
+        if module is getattr(self, "classifier", None):
+            module.init_std = self.config.initializer_factor
+        super()._init_weights(module)
+
+
+class XfmrT5ForQuestionAnswering(_DecoderInputsFromInputs, QuestionAnsweringHead, XfmrT5PreTrainedModel):
+    """Encoder-decoder over the input; `qa_outputs` scores each decoder position as answer start / end."""
+
+    base_model_class = XfmrT5Model
+
+
+__all__ = [
+    "XfmrT5PreTrainedModel",
+    "XfmrT5Model",
+    "XfmrT5EncoderModel",
+    "XfmrT5ForConditionalGeneration",
+    "XfmrT5ForSequenceClassification",
+    "XfmrT5ForTokenClassification",
+    "XfmrT5ForQuestionAnswering",
+]
