@@ -4,6 +4,7 @@ On CPU, `F.dropout` draws a float64-backed Bernoulli sample per element and then
 for BERT's attention-probability dropout (B*H*T*T elements per layer) that is ~15% of a training step.
 Here the keep mask comes from one 31-bit random integer per element compared with a threshold
 (the keep probability is exact to 2^-31), and forward and backward are one `where` each. Off CPU,
+under `torch.compile` (dynamo cannot trace `random_()`, and inductor generates its own fused dropout),
 and whenever dropout is inactive, this is plain `F.dropout`.
 """
 
@@ -34,7 +35,7 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     """Zero each element with probability `p` and scale survivors by 1 / (1 - p) (when training)."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or p >= 1.0:
+    if x.device.type != "cpu" or p >= 1.0 or torch.compiler.is_compiling():
         return F.dropout(x, p, training=True)
     return _CPUDropout.apply(x, p)
 

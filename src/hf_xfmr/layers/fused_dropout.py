@@ -75,7 +75,16 @@ class _AttentionWithDropout(torch.autograd.Function):
 def attention_with_dropout(query, key, value, mask=None, scaling: float = 1.0, p: float = 0.0):
     """softmax(q k^T * scaling + mask) with dropout p, times v: (B, H, Tq, D) -> (B, Tq, H, D).
 
-    For training on CPU with 0 < p < 1 (the other cases are the ordinary kernels' job); fp32 inputs."""
+    For training on CPU with 0 < p < 1 (the other cases are the ordinary kernels' job); fp32 inputs.
+    Under `torch.compile` the same math runs as plain ops (dynamo cannot trace `random_()`; inductor
+    fuses the dropout itself)."""
+    if torch.compiler.is_compiling():
+        scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (B, H, Tq, Tk)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min) if mask.dtype == torch.bool \
+                else scores + mask
+        probs = torch.nn.functional.dropout(torch.softmax(scores, dim=-1), p, training=True)
+        return torch.matmul(probs, value).transpose(1, 2).contiguous()  # (B, Tq, H, D)
     out = _AttentionWithDropout.apply(query, key, value, mask, scaling, p)
     return out.transpose(1, 2).contiguous()  # (B, Tq, H, D)
 
@@ -99,4 +108,6 @@ def relu_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tens
     """dropout(relu(x), p), keeping only the output for backward (same values and gradients)."""
     if not training or p == 0.0:
         return torch.relu(x)
+    if torch.compiler.is_compiling():  # dynamo cannot trace `random_()`; inductor fuses these two itself
+        return torch.nn.functional.dropout(torch.relu(x), p, training=True)
     return _ReluDropout.apply(x, p)

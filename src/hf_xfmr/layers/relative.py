@@ -37,15 +37,14 @@ def sinusoid_table(distances: torch.Tensor, d_model: int) -> torch.Tensor:
 def rel_shift(scores: torch.Tensor, klen: int) -> torch.Tensor:
     """(..., L, J) position scores of the L segment rows -> (..., L, K): out[i, j] = scores[i, j + L - i].
 
-    A strided view, no copy: element (i, j) lives at offset i*J + j + L - i = L + i*(J-1) + j, so the
-    shifted matrix is the buffer read with row stride J - 1 from offset L (what Transformer-XL's
-    pad-and-reshape trick computes by copying the whole tensor twice).
+    A view, no copy: element (i, j) lives at offset i*J + j + L - i = L + i*(J-1) + j of each (L, J)
+    matrix, so the shifted matrix is the flat matrix from offset L read as L rows of J - 1 (what
+    Transformer-XL's pad-and-reshape trick computes by copying the whole tensor twice). Built from
+    reshape and slices (no `as_strided` / `storage_offset`), so `torch.compile(fullgraph=True)` traces it.
     """
-    scores = scores.contiguous()
     *lead, qlen, width = scores.shape
-    stride = list(scores.stride())
-    stride[-2] = width - 1
-    return scores.as_strided((*lead, qlen, klen), stride, scores.storage_offset() + qlen)
+    flat = scores.reshape(*lead, qlen * width)[..., qlen:]  # (..., L*(J-1)): from offset L to the end
+    return flat.reshape(*lead, qlen, width - 1)[..., :klen]  # (..., L, K)
 
 
 def rel_gather(scores: torch.Tensor, positions: torch.Tensor, qlen: int, klen: int) -> torch.Tensor:
