@@ -135,11 +135,16 @@ def _compute_metrics(eval_pred):
     return {"accuracy": float((preds[mask] == labels[mask]).mean())}
 
 
-def test_sparse_prediction_works_under_trainer_evaluation_and_equals_dense(tmp_path):
+@pytest.mark.parametrize("arch", ["albert", "bert", "distilbert", "roberta"])  # every MLM with sparse_prediction
+def test_sparse_prediction_works_under_trainer_evaluation_and_equals_dense(arch, tmp_path):
+    from hf_xfmr.models import get_architecture
+
     data = _masked_batches()
     metrics = {}
     for sparse in (False, True):
-        model = tiny(XfmrBertForMaskedLM, sparse_prediction=sparse)
+        config = get_architecture(arch).config_class.from_preset("tiny", sparse_prediction=sparse)
+        torch.manual_seed(0)  # the same weights for both
+        model = get_architecture(arch).model_class("masked-lm")(config)
         args = TrainingArguments(output_dir=str(tmp_path / str(sparse)), per_device_eval_batch_size=4,
                                  report_to="none", use_cpu=True, dataloader_num_workers=0)
         trainer = Trainer(model=model, args=args, eval_dataset=data, compute_metrics=_compute_metrics,
@@ -147,6 +152,12 @@ def test_sparse_prediction_works_under_trainer_evaluation_and_equals_dense(tmp_p
         metrics[sparse] = trainer.evaluate()
         predictions = trainer.predict(data)
         assert predictions.predictions.shape == predictions.label_ids.shape  # aligned, (N, T)
+        # A training step still takes the sparse path (logits of the labelled positions only).
+        model.train()
+        batch = {k: torch.stack([row[k] for row in data[:4]]) for k in data[0]}
+        logits = model(**batch).logits
+        labelled = int((batch["labels"] != -100).sum())
+        assert logits.shape[:-1] == ((labelled,) if sparse else batch["labels"].shape)
     assert metrics[True]["eval_accuracy"] == metrics[False]["eval_accuracy"]
     assert np.isclose(metrics[True]["eval_loss"], metrics[False]["eval_loss"], rtol=1e-6)
 

@@ -346,8 +346,8 @@ class MultipleChoiceHead(TaskHead):
             raise ValueError(f"`labels` must hold one choice index per example ({batch}), "
                              f"got shape {tuple(labels.shape)}.")
 
-        def flat(x):
-            return None if x is None else x.reshape(-1, *x.shape[2:])  # (B, K, ...) -> (B*K, ...)
+        def flat(x):  # (B, K, ...) -> (B*K, ...); explicit sizes, so an empty (B, K, 0) batch stays well-formed
+            return None if x is None else x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
         input_ids, attention_mask = flat(input_ids), flat(attention_mask)
         out = self.encode(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=flat(token_type_ids),

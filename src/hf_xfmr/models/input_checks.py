@@ -6,7 +6,10 @@ embedding (or, worse, as silently wrong broadcasting), far from the line that ca
 Shape checks are plain Python on static shapes. Value checks (ids inside the vocabulary, positions
 inside the table) need the data: in eager mode they read min/max and raise a ValueError naming the
 offending value; under `torch.compile` they become `torch._assert_async` ops, which compile without
-graph breaks (no `.item()` on the hot path) and still raise a RuntimeError with the same advice.
+graph breaks (no `.item()` on the hot path) and raise a RuntimeError with the same advice. Compiled
+kernels run in an order of inductor's choosing, so an out-of-range id may instead be stopped first by
+inductor's own bounds check of the embedding lookup (a RuntimeError "index out of bounds"): bad values
+never pass silently, but the detailed message is only guaranteed without compilation.
 """
 
 import torch

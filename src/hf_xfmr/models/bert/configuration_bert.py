@@ -40,8 +40,9 @@ class XfmrBertConfig(PretrainedConfig):
         position_embedding_type: only "absolute" (learned) positions.
         classifier_dropout: dropout of classification heads; None uses `hidden_dropout_prob`.
         tie_word_embeddings: share the input embedding matrix with the MLM decoder.
-        sparse_prediction: when labels are given, the MLM head projects only the positions with a label
-            (!= -100) onto the vocabulary. The loss is identical; `logits` then has shape (N_labelled, V).
+        sparse_prediction: in training mode with labels, the MLM head projects only the positions with a
+            label (!= -100) onto the vocabulary. The loss is identical; `logits` then has shape (N_labelled, V)
+            (eval mode returns the full logits, so Trainer evaluation works unchanged).
             This skips ~85% of the largest matmul in MLM pretraining.
     """
 

@@ -5,8 +5,8 @@ Understanding", https://arxiv.org/abs/1810.04805. Parity reference: transformers
 through `convert_bert.py`.
 
 Deliberate deviations from the reference (outputs are unchanged):
-- with `config.sparse_prediction` and labels given, the MLM head projects only labelled positions
-  onto the vocabulary (`logits` is then (N, V)); the loss is the same number.
+- with `config.sparse_prediction` and labels given in training mode, the MLM head projects only
+  labelled positions onto the vocabulary (`logits` is then (N, V)); the loss is the same number.
 - projections use the names shared by every hf_xfmr model (`q_proj`, `k_proj`, `v_proj`, `o_proj`,
   `up_proj`, `down_proj`), so one LoRA target list fits all architectures.
 
