@@ -1,23 +1,63 @@
 """Seeded collators under DataLoader workers: a fresh stream per epoch and per worker, reproducible.
 
-Every example is the same sequence, so any difference between two batches comes from the masks.
+Every example is the same sequence, so any difference between two batches comes from the masks. Every
+collator that draws random numbers is covered: MLM (and whole-word MLM), MLM on SOP/NSP sentence pairs,
+PLM, T5 span corruption; CLM draws nothing and must give the same batches every epoch.
 """
 
 import pytest
 import torch
 
-from hf_xfmr.data import DataCollatorForMLM, DataCollatorForPLM
+from hf_xfmr.data import (
+    DataCollatorForCLM,
+    DataCollatorForMLM,
+    DataCollatorForPLM,
+    DataCollatorForSpanCorruption,
+    create_nsp_examples,
+    create_sop_examples,
+    tokenize_documents,
+    tokenize_for_mlm,
+)
+
+TEXT = "the quick brown fox jumps over the lazy dog and runs far away from home"
 
 
 def _examples(tok, n=8):
-    ids = tok("the quick brown fox jumps over the lazy dog and runs far away from home")["input_ids"]
+    ids = tok(TEXT)["input_ids"]
     return [{"input_ids": ids} for _ in range(n)]
 
 
+def _pair_examples(tok, corpus, make, n=8):
+    """One sentence-pair example (with token_type_ids and its SOP/NSP label) repeated n times."""
+    docs = tokenize_documents(tok, corpus[:6])
+    (example, *_) = [ex for ex in make(docs, tok, max_seq_length=48, seed=0) if len(ex["input_ids"]) > 20]
+    return [dict(example) for _ in range(n)]
+
+
+def _wwm_examples(tok, n=8):
+    enc = tokenize_for_mlm(tok, [TEXT])
+    return [{k: enc[k][0] for k in enc} for _ in range(n)]
+
+
+SPAN = dict(vocab_size=1000, eos_token_id=1, pad_token_id=0)
+
+# kind -> (a new collator with seed 0, the examples); `toks` holds the session tokenizers and corpus.
 COLLATORS = {
-    "mlm": lambda bert_tok, xlnet_tok: (DataCollatorForMLM(bert_tok, mlm_probability=0.3, seed=0), bert_tok),
-    "plm": lambda bert_tok, xlnet_tok: (DataCollatorForPLM(xlnet_tok, num_predict=4, seed=0), xlnet_tok),
+    "mlm": lambda toks: (DataCollatorForMLM(toks["bert"], mlm_probability=0.3, seed=0), _examples(toks["bert"])),
+    "wwm": lambda toks: (DataCollatorForMLM(toks["bert"], whole_word_mask=True, mlm_probability=0.3, seed=0),
+                         _wwm_examples(toks["bert"])),
+    "sop": lambda toks: (DataCollatorForMLM(toks["albert"], mlm_probability=0.3, seed=0),
+                         _pair_examples(toks["albert"], toks["corpus"], create_sop_examples)),
+    "nsp": lambda toks: (DataCollatorForMLM(toks["bert"], mlm_probability=0.3, seed=0),
+                         _pair_examples(toks["bert"], toks["corpus"], create_nsp_examples)),
+    "plm": lambda toks: (DataCollatorForPLM(toks["xlnet"], num_predict=4, seed=0), _examples(toks["xlnet"])),
+    "span": lambda toks: (DataCollatorForSpanCorruption(**SPAN, seed=0), [list(range(10, 50))] * 8),
 }
+
+
+@pytest.fixture(scope="module")
+def toks(bert_tok, xlnet_tok, albert_tok, corpus):
+    return {"bert": bert_tok, "xlnet": xlnet_tok, "albert": albert_tok, "corpus": corpus}
 
 
 def _epochs(collator, examples, *, num_workers, loader_seed=None, epochs=2, persistent=False):
@@ -34,19 +74,32 @@ def _same(a, b) -> bool:
     return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("kind", ["mlm", "plm"])
-def test_workers_draw_new_masks_every_epoch(kind, bert_tok, xlnet_tok):
-    collator, tok = COLLATORS[kind](bert_tok, xlnet_tok)
-    examples = _examples(tok)
+@pytest.mark.parametrize("kind", list(COLLATORS))
+def test_workers_draw_new_masks_every_epoch(kind, toks):
+    collator, examples = COLLATORS[kind](toks)
     epoch0, epoch1 = _epochs(collator, examples, num_workers=2, loader_seed=123)
     assert not _same(epoch0, epoch1), "non-persistent workers must not repeat the previous epoch's masks"
     # Batches 0 and 1 come from workers 0 and 1: different streams.
     assert not torch.equal(epoch0[0], epoch0[1]), "two workers must not draw the same masks"
     # The same collator seed and DataLoader generator seed reproduce the stream exactly.
-    again = _epochs(COLLATORS[kind](bert_tok, xlnet_tok)[0], examples, num_workers=2, loader_seed=123)
+    again = _epochs(COLLATORS[kind](toks)[0], examples, num_workers=2, loader_seed=123)
     assert _same(again[0], epoch0) and _same(again[1], epoch1)
-    other = _epochs(COLLATORS[kind](bert_tok, xlnet_tok)[0], examples, num_workers=2, loader_seed=124)
+    other = _epochs(COLLATORS[kind](toks)[0], examples, num_workers=2, loader_seed=124)
     assert not _same(other[0], epoch0)
+
+
+def test_sentence_pair_labels_pass_through_workers(toks):
+    collator, examples = COLLATORS["sop"](toks)
+    loader = torch.utils.data.DataLoader(examples, batch_size=4, collate_fn=collator, num_workers=2)
+    for b in loader:
+        assert torch.equal(b["sentence_order_label"], torch.tensor([examples[0]["sentence_order_label"]] * 4))
+        assert torch.equal(b["token_type_ids"][0], torch.tensor(examples[0]["token_type_ids"]))
+
+
+def test_clm_draws_nothing_random(gpt_tok):
+    # Causal LM batches are a function of the examples alone: identical in every epoch and worker.
+    epochs = _epochs(DataCollatorForCLM(gpt_tok, seed=0), _examples(gpt_tok), num_workers=2, loader_seed=1)
+    assert _same(epochs[0], epochs[1]) and torch.equal(epochs[0][0], epochs[0][1])
 
 
 def test_collator_seed_matters_under_workers(bert_tok):
