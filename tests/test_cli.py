@@ -326,3 +326,70 @@ def test_adding_a_command_is_one_function(monkeypatch, capsys):
     assert run(["hello", "--name", "bert"], capsys)[:2] == (0, "hello bert\n")
     status, _, err = run(["hello", "--name", ""], capsys)
     assert status == 2 and "hf-xfmr hello: error: --name must not be empty" in err
+
+
+def test_bench_output_that_is_a_file_fails_before_running(tmp_path, monkeypatch, capsys):
+    from hf_xfmr import bench
+
+    monkeypatch.setattr(bench, "measure_case", lambda *a, **k: pytest.fail("must fail before measuring"))
+    (tmp_path / "results").write_text("x")
+    status, _, err = run(["bench", "--cases", "bert-mlm-infer", "--tiny", "--output", str(tmp_path / "results")],
+                         capsys)
+    assert status == 2
+    assert err.strip().splitlines()[-1] == f"hf-xfmr bench: error: --output {tmp_path / 'results'} is a file; pass " \
+                                           "a folder (created if missing)"
+
+
+def test_pretrain_output_dir_that_is_a_file(tmp_path, capsys):
+    (tmp_path / "out").write_text("x")
+    status, _, err = run(["pretrain", "--arch", "bert", "--preset", "tiny", "--max_steps", "1",
+                          "--output_dir", str(tmp_path / "out")], capsys)
+    assert status == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (f"hf-xfmr pretrain: error: --output_dir {tmp_path / 'out'} is a file, "
+                                            "not a folder: choose another path.")
+
+
+@pytest.mark.parametrize("error, status, message", [
+    (NotADirectoryError(20, "Not a directory", "/x/file/sub"), 2, "cannot use /x/file/sub: Not a directory"),
+    (PermissionError(13, "Permission denied", "/root/out"), 2, "cannot use /root/out: Permission denied"),
+    (OSError(28, "No space left on device", "/out/model.safetensors"), 2,
+     "cannot use /out/model.safetensors: No space left on device"),
+    (OSError("no path involved"), 1, "unexpected OSError: no path involved (this is a bug"),
+])
+def test_filesystem_errors_of_any_command_are_one_line(error, status, message, monkeypatch, capsys):
+    def _add_write(subparsers):
+        cli._add_parser(subparsers, "write", help="write", description="Write.", func=_run_write)
+
+    def _run_write(args):
+        raise error
+
+    monkeypatch.setattr(cli, "COMMANDS", (*cli.COMMANDS, _add_write))
+    got, _, err = run(["write"], capsys)
+    assert got == status
+    assert len(err.strip().splitlines()) == 1 and err.startswith(f"hf-xfmr write: error: {message}")
+    with pytest.raises(type(error)):
+        cli.main(["write", "--debug"])
+
+
+@pytest.mark.parametrize("arch", ["roberta", "albert", "distilbert"])
+def test_convert_task_base_from_an_mlm_checkpoint_of_other_encoders(arch, tmp_path, capsys):
+    # Only a pooler the checkpoint lacks is reported (RoBERTa, ALBERT); DistilBERT has none to report.
+    torch.manual_seed(0)
+    sizes = dict(vocab_size=len(VOCAB), max_position_embeddings=66)
+    if arch == "distilbert":
+        config = transformers.DistilBertConfig(dim=32, n_layers=1, n_heads=2, hidden_dim=37, **sizes)
+        model = transformers.DistilBertForMaskedLM(config)
+    else:
+        sizes.update(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37)
+        config = (transformers.RobertaConfig(**sizes) if arch == "roberta"
+                  else transformers.AlbertConfig(embedding_size=16, **sizes))
+        model = getattr(transformers, f"{type(config).__name__[:-6]}ForMaskedLM")(config)
+    model.save_pretrained(tmp_path / "mlm")
+    status, out, err = run(["convert", str(tmp_path / "mlm"), str(tmp_path / "enc"), "--task", "base"], capsys)
+    assert status == 0, err
+    warnings_ = [line for line in err.splitlines() if "warning:" in line]
+    if arch == "distilbert":
+        assert warnings_ == []
+    else:
+        (warning,) = warnings_
+        assert "randomly initialised" in warning and "pooler" in warning

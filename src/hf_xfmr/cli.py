@@ -5,8 +5,9 @@ Each subcommand is one `_add_<name>(subparsers)` function that declares its argu
 
 A command reports an expected failure (bad arguments, a missing or broken input file, ...) by raising
 `CommandError`; `main` prints it as one line, `hf-xfmr <command>: error: ...`, and exits with status 2.
-Any other exception is a bug: one line naming it, exit status 1. `--debug` (before or after the
-command name) shows the traceback in both cases.
+An `OSError` about a path (a file where a folder is needed, no permission, a full disk, ...) is also
+the user's to fix: one line naming the path, status 2. Any other exception is a bug: one line naming
+it, exit status 1. `--debug` (before or after the command name) shows the traceback in every case.
 """
 
 import argparse
@@ -259,6 +260,9 @@ def _run_bench(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise CommandError("--threads must be >= 1")
 
+    out = Path(args.output) if args.output else None
+    if out is not None and out.exists() and not out.is_dir():
+        raise CommandError(f"--output {out} is a file; pass a folder (created if missing)")
     cases, with_collators, tiny = _selected_cases(args)
     repeats = args.repeats or (3 if tiny else 7)
     # Tiny models gain nothing from threads, and a busy 2-core machine makes OpenMP barriers stall.
@@ -274,7 +278,6 @@ def _run_bench(args: argparse.Namespace) -> int:
                 case, repeats=repeats, warmup=args.warmup, threads=threads, memory=not args.no_memory, progress=True
             )
         )
-    out = Path(args.output) if args.output else None
     if results:
         table = bench.to_markdown(results)
         print(table)
@@ -875,15 +878,22 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(args, str(err), 2)
     except KeyboardInterrupt:
         return _fail(args, "interrupted", 130)
+    except OSError as err:
+        if debug:
+            raise
+        if err.filename is None:  # not about a path the user gave: treat as any other exception
+            return _fail(args, _unexpected(err), 1)
+        paths = " -> ".join(str(p) for p in (err.filename, err.filename2) if p is not None)
+        return _fail(args, f"cannot use {paths}: {err.strerror or err}", 2)
     except Exception as err:
         if debug:
             raise
-        return _fail(
-            args,
-            f"unexpected {type(err).__name__}: {err} (this is a bug in hf-xfmr; rerun with --debug for the "
-            "traceback and report it)",
-            1,
-        )
+        return _fail(args, _unexpected(err), 1)
+
+
+def _unexpected(err: BaseException) -> str:
+    return (f"unexpected {type(err).__name__}: {err} (this is a bug in hf-xfmr; rerun with --debug for the "
+            "traceback and report it)")
 
 
 if __name__ == "__main__":

@@ -435,6 +435,8 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
     accelerator = make_accelerator(args)
     world, rank, is_main = accelerator.num_processes, accelerator.process_index, accelerator.is_main_process
     output_dir = Path(args.output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(f"--output_dir {output_dir} is a file, not a folder: choose another path.")
 
     # 1. The output folder and the checkpoint to resume: decided before anything is written.
     resume_path = ckpt.resolve_resume(args.resume, output_dir) if args.resume else None
