@@ -31,5 +31,10 @@ def gpt_tok(corpus):
 
 
 @pytest.fixture(scope="session")
+def t5_tok(corpus):
+    return train_tokenizer("t5", corpus[:40], vocab_size=400)
+
+
+@pytest.fixture(scope="session")
 def texts(corpus):
     return [" ".join(doc) for doc in corpus]

@@ -5,20 +5,27 @@ import numpy as np
 import pytest
 import torch
 
-from hf_xfmr.data import DataCollatorForCLM, DataCollatorForMLM, DataCollatorForPLM, tokenize_for_mlm
+from hf_xfmr.data import (
+    DataCollatorForCLM,
+    DataCollatorForMLM,
+    DataCollatorForPLM,
+    DataCollatorForSpanCorruption,
+    tokenize_for_mlm,
+)
 from hf_xfmr.data._common import pad_ragged
 
 
 @pytest.fixture(scope="module")
-def collators(bert_tok, xlnet_tok, gpt_tok):
+def collators(bert_tok, xlnet_tok, gpt_tok, t5_tok):
     return {
         "mlm": (DataCollatorForMLM(bert_tok, seed=0), bert_tok),
         "plm": (DataCollatorForPLM(xlnet_tok, num_predict=2, seed=0), xlnet_tok),
         "clm": (DataCollatorForCLM(gpt_tok, seed=0), gpt_tok),
+        "span": (DataCollatorForSpanCorruption(t5_tok, seed=0), t5_tok),
     }
 
 
-KINDS = ["mlm", "plm", "clm"]
+KINDS = ["mlm", "plm", "clm", "span"]
 
 
 def _ids(tok, text="the quick brown fox jumps over the lazy dog"):
