@@ -195,3 +195,25 @@ def test_fullgraph_compile_of_a_training_step_with_dropout():
     out.loss.backward()
     assert model.model.embeddings.word_embeddings.weight.grad.abs().sum() > 0
     torch._dynamo.reset()
+
+
+@pytest.mark.slow  # one compilation (tens of seconds on CPU)
+def test_compiled_xlnet_takes_general_target_mappings_exactly():
+    # Compiled, the mapping's values cannot be inspected: the one-hot shortcut must not be assumed.
+    torch._dynamo.reset()
+    model = build("xlnet", "causal-lm", initializer_range=0.5).eval()  # large weights: mappings matter
+    ids = batch(model, "causal-lm")["input_ids"]
+    perm = torch.zeros(2, 8, 8)
+    perm[:, :, -2:] = 1  # nobody sees the last two tokens
+    general = torch.zeros(2, 2, 8)
+    general[:, 0, -2:] = 0.5  # slot 0 averages positions 6 and 7: not one-hot
+    general[:, 1, -1] = 1
+    compiled = torch.compile(model, fullgraph=True, dynamic=False)
+    with torch.no_grad():
+        eager = model(input_ids=ids, perm_mask=perm, target_mapping=general).logits
+        shortcut = model(input_ids=ids, perm_mask=perm, target_mapping=torch.nn.functional.one_hot(
+            general.argmax(-1), 8).float()).logits
+        assert (eager - shortcut).abs().max() > 1e-3  # the test can tell the two paths apart
+        assert_close(compiled(input_ids=ids, perm_mask=perm, target_mapping=general).logits, eager,
+                     atol=1e-5, rtol=1e-5)
+    torch._dynamo.reset()

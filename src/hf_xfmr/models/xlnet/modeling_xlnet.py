@@ -220,9 +220,12 @@ class XfmrXLNetPreTrainedModel(PreTrainedModel):
 
 
 def _is_one_hot_mapping(target_mapping: torch.Tensor) -> bool:
-    """Every row of `target_mapping` picks at most one position, and no position twice (data read: eager only)."""
+    """Every row of `target_mapping` picks at most one position, and no position twice (data read: eager only).
+
+    Compiled, the data cannot be read without a graph break: the general path (exact for any mapping, only
+    slower) is taken, never the one-hot shortcut, which would silently be wrong for a general mapping."""
     if torch.compiler.is_compiling():
-        return True
+        return False
     binary = bool(((target_mapping == 0) | (target_mapping == 1)).all())
     return binary and bool((target_mapping.sum(-1) <= 1).all()) and bool((target_mapping.sum(1) <= 1).all())
 
