@@ -217,3 +217,22 @@ def test_compiled_xlnet_takes_general_target_mappings_exactly():
         assert_close(compiled(input_ids=ids, perm_mask=perm, target_mapping=general).logits, eager,
                      atol=1e-5, rtol=1e-5)
     torch._dynamo.reset()
+
+
+@pytest.mark.slow  # one compilation (tens of seconds on CPU)
+def test_compiled_xlnet_rejects_segment_ids_it_cannot_represent():
+    # Compiled, XLNet's one-hot segment table has 3 columns (A, B, <cls>): a larger id is stopped by the
+    # shared asynchronous value check, with advice, rather than by one_hot's bare "Class values must be ...".
+    torch._dynamo.reset()
+    model = build("xlnet", "base").eval()
+    compiled = torch.compile(model, fullgraph=True, dynamic=False)
+    ids = batch(model, "base")["input_ids"]
+    types = torch.zeros_like(ids)
+    types[:, 4:] = 2
+    with torch.no_grad():
+        assert_close(compiled(input_ids=ids, token_type_ids=types).last_hidden_state,
+                     model(input_ids=ids, token_type_ids=types).last_hidden_state)
+        types[1, 5] = 3
+        with pytest.raises(RuntimeError, match="`token_type_ids` has values outside the compiled segment ids"):
+            compiled(input_ids=ids, token_type_ids=types)
+    torch._dynamo.reset()

@@ -71,7 +71,7 @@ from ..heads import (
     TokenClassificationHead,
     TaskHead,
 )
-from ..input_checks import check_encoder_inputs
+from ..input_checks import check_encoder_inputs, check_value_range
 from .configuration_xlnet import XfmrXLNetConfig
 
 
@@ -446,6 +446,9 @@ class XfmrXLNetModel(XfmrXLNetPreTrainedModel):
         if token_type_ids is not None:  # memory counts as segment 0 (as the reference)
             if torch.compiler.is_compiling():
                 num_types = 3  # XLNet's A, B and <cls> (a data-dependent count would break the graph)
+                check_value_range("token_type_ids", token_type_ids, 0, num_types,
+                                  "Compiled, XLNet takes segment ids 0, 1 and 2 (A, B, <cls>); renumber the "
+                                  "segments or run uncompiled.", what="the compiled segment ids")
             else:
                 num_types = int(token_type_ids.max()) + 1
                 if int(token_type_ids.min()) < 0:
