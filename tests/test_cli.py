@@ -393,3 +393,12 @@ def test_convert_task_base_from_an_mlm_checkpoint_of_other_encoders(arch, tmp_pa
     else:
         (warning,) = warnings_
         assert "randomly initialised" in warning and "pooler" in warning
+
+
+def test_every_offered_task_is_convertible_by_some_architecture():
+    # `--task` offers exactly the tasks some converter handles: no choice that nothing supports.
+    from hf_xfmr.models import supported_tasks
+    from hf_xfmr.models.conversion import conversions
+
+    convertible = {task for conversion in conversions() for task in conversion.tasks}
+    assert set(supported_tasks()) == convertible

@@ -174,7 +174,19 @@ def test_fullgraph_compile_with_and_without_a_mask(arch):
         bad["input_ids"][0, 2] = model.config.vocab_size
         with pytest.raises(RuntimeError, match="outside the vocabulary|index out of bounds"):
             compiled(**bad, attention_mask=mask)
+        if arch == "t5":  # sequence classification reads the last <eos>: a row without one is an error
+            no_eos = inputs["input_ids"].masked_fill(inputs["input_ids"] == model.config.eos_token_id, 5)
+            with pytest.raises(RuntimeError, match="Every row must contain the <eos> token"):
+                compiled(input_ids=no_eos, attention_mask=mask)
     torch._dynamo.reset()
+
+
+def test_eos_pooling_needs_an_eos_in_every_row():
+    model = build("t5", "sequence-classification").eval()
+    ids = batch(model, "sequence-classification")["input_ids"]
+    ids[1, -1] = 5
+    with pytest.raises(ValueError, match=r"Every row must contain the <eos> token \(id 1\)"):
+        model(input_ids=ids)
 
 
 @pytest.mark.slow  # one compilation of a training step (tens of seconds on CPU)

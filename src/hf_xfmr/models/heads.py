@@ -33,7 +33,7 @@ from transformers.modeling_outputs import (
 )
 
 from ..layers.dropout import Dropout
-from .input_checks import check_labels_shape
+from .input_checks import check_condition, check_labels_shape
 from .losses import IGNORE_INDEX, sequence_classification_loss, span_loss, token_loss
 
 
@@ -85,13 +85,8 @@ def pool_eos(hidden_states, input_ids=None, eos_token_id=None, **_):
     if input_ids is None or eos_token_id is None:
         raise ValueError("EOS pooling needs `input_ids` and `config.eos_token_id`.")
     is_eos = input_ids == eos_token_id  # (B, T)
-    if not torch.compiler.is_compiling():
-        counts = is_eos.sum(dim=1)
-        if bool((counts == 0).any()):
-            raise ValueError(
-                f"Every row must contain the <eos> token (id {eos_token_id}) for sequence classification; "
-                f"tokenize with the model's tokenizer (it appends </s>)."
-            )
+    check_condition(is_eos.any(dim=1), f"Every row must contain the <eos> token (id {eos_token_id}) for sequence "
+                                       f"classification; tokenize with the model's tokenizer (it appends </s>).")
     positions = torch.arange(input_ids.shape[1], device=input_ids.device)
     index = (positions * is_eos).amax(dim=1)  # (B,)
     return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), index]

@@ -30,6 +30,15 @@ def check_value_range(name: str, tensor: torch.Tensor, low: int, high: int, advi
         raise ValueError(f"`{name}` contains {bad}, outside {what} [{low}, {high}). {advice}")
 
 
+def check_condition(ok: torch.Tensor, message: str) -> None:
+    """Raise a ValueError with `message` unless every element of the bool tensor `ok` is true; compiled, an
+    asynchronous assert with the same message (a RuntimeError), so the graph has no break."""
+    if torch.compiler.is_compiling():
+        torch._assert_async(ok.all(), message)
+    elif not bool(ok.all()):
+        raise ValueError(message)
+
+
 def check_labels_shape(name: str, labels: torch.Tensor | None, expected: tuple | None) -> None:
     """Token-level labels must have exactly the inputs' (B, T) shape."""
     if labels is None or expected is None:
