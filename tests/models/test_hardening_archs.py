@@ -232,7 +232,7 @@ def test_compiled_xlnet_takes_general_target_mappings_exactly():
 
 
 @pytest.mark.slow  # one compilation (tens of seconds on CPU)
-def test_compiled_xlnet_rejects_segment_ids_it_cannot_represent():
+def test_compiled_xlnet_checks_segment_ids_and_target_positions():
     # Compiled, XLNet's one-hot segment table has 3 columns (A, B, <cls>): a larger id is stopped by the
     # shared asynchronous value check, with advice, rather than by one_hot's bare "Class values must be ...".
     torch._dynamo.reset()
@@ -247,4 +247,10 @@ def test_compiled_xlnet_rejects_segment_ids_it_cannot_represent():
         types[1, 5] = 3
         with pytest.raises(RuntimeError, match="`token_type_ids` has values outside the compiled segment ids"):
             compiled(input_ids=ids, token_type_ids=types)
+        # Target positions are range-checked compiled too (they index the sequence).
+        targets = torch.tensor([[7, -1], [6, 7]])
+        assert_close(compiled(input_ids=ids, target_positions=targets).last_hidden_state,
+                     model(input_ids=ids, target_positions=targets).last_hidden_state)
+        with pytest.raises(RuntimeError, match=r"`target_positions` has values outside the positions \[-1, 8\)"):
+            compiled(input_ids=ids, target_positions=torch.tensor([[7, -1], [6, 8]]))
     torch._dynamo.reset()

@@ -287,10 +287,10 @@ class XfmrXLNetModel(XfmrXLNetPreTrainedModel):
         if target_positions is not None and (target_positions.dim() != 2 or target_positions.shape[0] != batch):
             raise ValueError(f"`target_positions` has shape {tuple(target_positions.shape)}; it must be "
                              f"(batch, num_predict) with batch = {batch} (-1 marks an unused slot).")
-        if target_positions is not None and not torch.compiler.is_compiling() and target_positions.numel():
-            if int(target_positions.max()) >= seq_len or int(target_positions.min()) < -1:
-                raise ValueError(f"`target_positions` must lie in [0, {seq_len}) (or be -1 for an unused slot), got "
-                                 f"values in [{int(target_positions.min())}, {int(target_positions.max())}].")
+        if target_positions is not None:  # (an asynchronous assert when compiled, see input_checks)
+            check_value_range("target_positions", target_positions, -1, seq_len,
+                              f"Targets are positions of the {seq_len} input tokens; -1 marks an unused slot.",
+                              what="the positions")
         if mems is not None:
             if len(mems) != config.n_layer:
                 raise ValueError(f"`mems` has {len(mems)} entries but the model has n_layer={config.n_layer}; pass "
