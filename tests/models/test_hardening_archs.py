@@ -90,6 +90,28 @@ def test_sequence_labels_must_match_the_batch(arch, task):
             model(**inputs, labels=two)
 
 
+@pytest.mark.parametrize("arch", [arch for arch, _ in cases(["sequence-classification"])])
+def test_sequence_classification_labels_of_the_wrong_shape_for_the_problem_type(arch):
+    model = build(arch, "sequence-classification", num_labels=3)
+    inputs = batch(model, "sequence-classification")
+    # Class ids: one per sequence.
+    assert torch.isfinite(model(**inputs, labels=torch.tensor([[0], [2]])).loss)
+    with pytest.raises(ValueError, match=r"`labels` has shape \(2, 3\), but single label classification takes one "
+                                         r"class id per sequence: \(2,\)"):
+        model(**inputs, labels=torch.zeros(2, 3, dtype=torch.long))
+    # Float labels with num_labels > 1 mean multi-label: (B, num_labels) multi-hot.
+    with pytest.raises(ValueError, match=r"`labels` has shape \(2,\), but multi label classification with "
+                                         r"num_labels=3 takes \(2, 3\) multi-hot floats"):
+        model(**inputs, labels=torch.tensor([0.0, 1.0]))
+    assert torch.isfinite(model(**inputs, labels=torch.tensor([[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]])).loss)
+    regression = build(arch, "sequence-classification", num_labels=1)
+    with pytest.raises(ValueError, match=r"regression takes one target value per sequence"):
+        regression(**inputs, labels=torch.zeros(2, 2))
+    model.config.problem_type = "single_label_classification"
+    with pytest.raises(ValueError, match="takes integer class ids"):
+        model(**inputs, labels=torch.tensor([0.0, 1.0]))
+
+
 # -- nothing to predict: loss 0, zero gradient ------------------------------------------------------
 def _zero_loss_and_gradient(model, loss):
     assert torch.isfinite(loss) and loss.item() == 0.0

@@ -46,18 +46,43 @@ def sequence_classification_loss(logits: torch.Tensor, labels: torch.Tensor, con
             problem_type = "single_label_classification"
         else:
             problem_type = "multi_label_classification"
+    if problem_type not in ("regression", "single_label_classification", "multi_label_classification"):
+        raise ValueError(
+            f"Unknown `problem_type`={problem_type!r}; use 'regression', 'single_label_classification' or "
+            f"'multi_label_classification'."
+        )
+    _check_sequence_labels(problem_type, logits, labels)
     if problem_type == "regression":
         if num_labels == 1:
             return F.mse_loss(logits.float().squeeze(-1), labels.float().reshape(-1))
         return F.mse_loss(logits.float(), labels.float())
     if problem_type == "single_label_classification":
         return F.cross_entropy(logits.float().view(-1, num_labels), labels.view(-1))
-    if problem_type == "multi_label_classification":
-        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
-    raise ValueError(
-        f"Unknown `problem_type`={problem_type!r}; use 'regression', 'single_label_classification' or "
-        f"'multi_label_classification'."
-    )
+    return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+def _check_sequence_labels(problem_type: str, logits: torch.Tensor, labels: torch.Tensor) -> None:
+    """Labels of the shape the problem type needs, else a ValueError saying which shape and why."""
+    batch, num_labels = logits.shape
+    got = tuple(labels.shape)
+    if problem_type == "single_label_classification" or (problem_type == "regression" and num_labels == 1):
+        if labels.numel() != batch or labels.dim() > 2:
+            what = "class id" if problem_type == "single_label_classification" else "target value"
+            raise ValueError(
+                f"`labels` has shape {got}, but {problem_type.replace('_', ' ')} takes one {what} per sequence: "
+                f"({batch},). For several labels per sequence use multi-label classification (float multi-hot "
+                f"labels of shape ({batch}, num_labels)) with `num_labels` set to their count."
+            )
+        if problem_type == "single_label_classification" and labels.dtype.is_floating_point:
+            raise ValueError(f"Single-label classification takes integer class ids, got `labels` of dtype "
+                             f"{labels.dtype}.")
+    elif got != (batch, num_labels):
+        kind = "multi-hot floats" if problem_type == "multi_label_classification" else "target values"
+        raise ValueError(
+            f"`labels` has shape {got}, but {problem_type.replace('_', ' ')} with num_labels={num_labels} takes "
+            f"({batch}, {num_labels}) {kind}. (Float labels with num_labels > 1 mean multi-label classification: "
+            f"for class ids pass integer labels.)"
+        )
 
 
 def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor, start_positions: torch.Tensor,
