@@ -240,10 +240,15 @@ def test_greedy_generation_matches_reference():
     ref.eval(), ours.eval()
     prompt = torch.randint(3, VOCAB, (2, 6), generator=torch.Generator().manual_seed(4))
     kwargs = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+    calls = []  # (input length, memory length) of each forward pass
+    ours.register_forward_pre_hook(lambda module, args, kw: calls.append(
+        (kw["input_ids"].shape[1], None if kw.get("mems") is None else kw["mems"][0].shape[0])), with_kwargs=True)
     expected = ref.generate(prompt, **kwargs)
     got = ours.generate(prompt, **kwargs)
     assert got.shape == expected.shape == (2, 14)
     assert torch.equal(got, expected)
+    # mems are the cache: after the prompt, each step feeds the last two tokens + the placeholder only
+    assert calls == [(7, None)] + [(3, 4 + step) for step in range(1, 8)]
 
 
 @pytest.mark.parametrize("overrides", [{}, {"bi_data": True}])
