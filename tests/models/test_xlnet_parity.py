@@ -274,3 +274,18 @@ def test_reference_collator_layout_loss_and_grads(overrides):
     ours.eval(), ref.eval()
     with torch.no_grad():  # eval mode: every row comes back
         assert_close(ours(**inputs).logits, ref(**inputs).logits, atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("task", list(HEADS))
+def test_every_head_round_trips_exactly(task):
+    ref, ours = build_pair(task)
+    back = hf_xfmr.to_transformers(ours)
+    assert type(back) is type(ref)
+    ref_state, back_state = ref.state_dict(), back.state_dict()
+    assert set(back_state) == set(ref_state)
+    for name, tensor in ref_state.items():
+        assert torch.equal(back_state[name], tensor), name
+    again = hf_xfmr.from_transformers(back)
+    assert type(again) is type(ours)
+    for name, tensor in ours.state_dict().items():
+        assert torch.equal(again.state_dict()[name], tensor), name
