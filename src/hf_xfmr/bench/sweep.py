@@ -102,11 +102,12 @@ def plot_sweep(rows: list[dict[str, Any]], param: str, path, *, title: str = "")
             ax_mem.plot([x for x, _ in mem], [y for _, y in mem], style, label=label)
     for ax, ylabel in ((ax_time, "median step time (ms)"), (ax_mem, "peak memory growth (MB)")):
         ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
         ax.set_xlabel(param)
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
+        if ax.lines:  # an empty panel (e.g. memory not measured) keeps linear axes and no legend
+            ax.set_yscale("log")
+            ax.legend()
     if title:
         fig.suptitle(title)
     fig.tight_layout()
