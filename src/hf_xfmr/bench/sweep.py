@@ -10,11 +10,11 @@ the plot, so a sweep can show where the reference stops. Values above `ref_up_to
 (for sizes the reference cannot run on the machine at hand); the table says so.
 """
 
-from pathlib import Path
-from typing import Any
-
 import gc
 import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
 
 from .harness import SideStats, _build_runners, _num_threads, make_case, measure_case, peak_memory
 
@@ -34,7 +34,7 @@ def measure_ours_only(case, *, repeats: int = 3, warmup: int = 1, threads: int |
         del runner
         gc.collect()
     row = {"case": case.name, "mode": case.mode, "dtype": case.dtype_label, "threads": n_threads,
-           "repeats": repeats, "ours": SideStats.from_seconds(times).__dict__, "ref": None, "speed_ratio": None,
+           "repeats": repeats, "ours": asdict(SideStats.from_seconds(times)), "ref": None, "speed_ratio": None,
            "memory_ratio": None, "params": dict(case.factory_kwargs)}
     if memory:
         row["memory"] = {"ours": peak_memory(case, "ours", threads=n_threads, seed=seed).as_dict()}
