@@ -231,3 +231,32 @@ def test_sweep_table_and_plot(tmp_path):
     assert table.splitlines()[0].startswith("| dim | ours ms") and "out of memory" in table
     png = plot_sweep(rows, "dim", tmp_path / "sweep.png", title="toy")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sweep_measures_only_our_side_above_ref_up_to(tmp_path):
+    from hf_xfmr.bench.sweep import plot_sweep, run_sweep, sweep_markdown
+
+    rows = run_sweep("toy-mlp", "dim", [8, 16], repeats=1, warmup=0, threads=1, memory=False, batch=4,
+                     ref_up_to=8)
+    assert rows[0]["ref"] is not None and rows[0]["speed_ratio"] > 0
+    assert rows[1]["ref"] is None and rows[1]["speed_ratio"] is None and rows[1]["ours"]["median_ms"] > 0
+    last = sweep_markdown(rows, "dim").splitlines()[-1]
+    assert last.startswith("| 16 |") and "not run" in last
+    assert plot_sweep(rows, "dim", tmp_path / "sweep.png").exists()
+
+
+def test_xlnet_sweep_merges_runs_by_seq(tmp_path):
+    import json
+
+    from hf_xfmr.bench.xlnet import main
+
+    common = ["--tiny", "--batch", "2", "--repeats", "1", "--threads", "1", "--no-memory", "--cases", "xlnet-plm-train",
+              "--out", str(tmp_path)]
+    main(["--seqs", "16", *common])
+    main(["--seqs", "32", "--ref-up-to", "16", *common])
+    rows = json.loads((tmp_path / "xlnet-plm-train_seq.json").read_text())
+    assert [row["seq"] for row in rows] == [16, 32]
+    assert rows[0]["ref"] is not None and rows[1]["ref"] is None
+    table = (tmp_path / "xlnet-plm-train_seq.md").read_text()
+    assert "| 16 |" in table and "| 32 |" in table and "not run" in table
+    assert (tmp_path / "xlnet-plm-train_seq.png").exists()

@@ -95,3 +95,28 @@ def test_compact_needs_no_quadratic_tensor(xlnet_tok, texts):
     batch = DataCollatorForPLM(xlnet_tok, seq_len=512, compact=True, seed=0)(
         make_examples(xlnet_tok, texts, [512] * 8))
     assert max(t.numel() for t in batch.values()) <= 8 * 512
+
+
+@pytest.mark.parametrize("missing", ["sep_token", "cls_token", "pad_token"])
+def test_a_tokenizer_without_a_needed_special_token_is_named(xlnet_tok, missing):
+    import copy
+
+    tok = copy.deepcopy(xlnet_tok)
+    setattr(tok, missing, None)
+    assert getattr(tok, f"{missing}_id") is None
+    with pytest.raises(ValueError, match=rf"needs a {missing} .*tokenizer\.add_special_tokens"):
+        DataCollatorForPLM(tok)
+
+
+def test_no_mask_token_is_needed(xlnet_tok, texts):
+    """XLNet never replaces input tokens (the query stream starts from the learned mask embedding), so
+    unlike transformers' collator ours does not ask for a mask token."""
+    import copy
+
+    tok = copy.deepcopy(xlnet_tok)
+    tok.mask_token = None
+    examples = make_examples(tok, texts, [64, 40])
+    batch = DataCollatorForPLM(tok, seq_len=64, compact=True, seed=0)(examples)
+    expected = DataCollatorForPLM(xlnet_tok, seq_len=64, compact=True, seed=0)(examples)
+    for key in expected:
+        assert torch.equal(batch[key], expected[key]), key

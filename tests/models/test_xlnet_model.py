@@ -70,6 +70,7 @@ def _without(name, **updates):
 
 @pytest.mark.parametrize(("change", "message"), [
     (_without("perm_ranks", perm_mask=torch.zeros(4, 12, 11)), "perm_mask"),
+    (_without("perm_ranks", perm_mask=torch.zeros(4, 12, 12, dtype=torch.complex64)), "perm_mask.*bool or real"),
     (lambda x: x.update(perm_mask=torch.zeros(4, 12, 12)), "perm_mask.*perm_ranks"),
     (lambda x: x.update(target_mapping=torch.zeros(4, 3, 12)), "target_mapping.*target_positions"),
     (_without("target_positions", target_mapping=torch.zeros(4, 3, 11)), "target_mapping"),

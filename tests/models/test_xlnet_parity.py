@@ -240,10 +240,15 @@ def test_greedy_generation_matches_reference():
     ref.eval(), ours.eval()
     prompt = torch.randint(3, VOCAB, (2, 6), generator=torch.Generator().manual_seed(4))
     kwargs = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+    calls = []  # (input length, memory length) of each forward pass
+    ours.register_forward_pre_hook(lambda module, args, kw: calls.append(
+        (kw["input_ids"].shape[1], None if kw.get("mems") is None else kw["mems"][0].shape[0])), with_kwargs=True)
     expected = ref.generate(prompt, **kwargs)
     got = ours.generate(prompt, **kwargs)
     assert got.shape == expected.shape == (2, 14)
     assert torch.equal(got, expected)
+    # mems are the cache: after the prompt, each step feeds the last two tokens + the placeholder only
+    assert calls == [(7, None)] + [(3, 4 + step) for step in range(1, 8)]
 
 
 @pytest.mark.parametrize("overrides", [{}, {"bi_data": True}])
@@ -269,3 +274,18 @@ def test_reference_collator_layout_loss_and_grads(overrides):
     ours.eval(), ref.eval()
     with torch.no_grad():  # eval mode: every row comes back
         assert_close(ours(**inputs).logits, ref(**inputs).logits, atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("task", list(HEADS))
+def test_every_head_round_trips_exactly(task):
+    ref, ours = build_pair(task)
+    back = hf_xfmr.to_transformers(ours)
+    assert type(back) is type(ref)
+    ref_state, back_state = ref.state_dict(), back.state_dict()
+    assert set(back_state) == set(ref_state)
+    for name, tensor in ref_state.items():
+        assert torch.equal(back_state[name], tensor), name
+    again = hf_xfmr.from_transformers(back)
+    assert type(again) is type(ours)
+    for name, tensor in ours.state_dict().items():
+        assert torch.equal(again.state_dict()[name], tensor), name

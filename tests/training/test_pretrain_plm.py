@@ -120,3 +120,16 @@ def test_resume_continues_exactly_with_the_memory(xlnet_tokenizer, tmp_path):
     assert losses(resumed.log_path) == losses(full.log_path)
     a, b = full.model.state_dict(), resumed.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_command_line_pretrains_xlnet_with_plm(xlnet_tokenizer, tmp_path, capsys):
+    from hf_xfmr.cli import main
+
+    out = tmp_path / "cli"
+    assert main(["pretrain", "--arch", "xlnet", "--objective", "plm", "--preset", "tiny", "--max_steps", "2",
+                 "--tokenizer", str(xlnet_tokenizer), "--max_documents", "30", "--per_device_train_batch_size", "2",
+                 "--max_seq_length", str(L), "--logging_steps", "1", "--save_steps", "0", "--no_progress_bar",
+                 "--no_report_to_tensorboard", "--output_dir", str(out)]) == 0
+    assert "pretrained XfmrXLNetLMHeadModel for 2 steps" in capsys.readouterr().out
+    assert [r["step"] for r in read_log(out / "log.jsonl") if "loss" in r] == [1, 2]
+    assert AutoModelForCausalLM.from_pretrained(out).config.reuse_len == R

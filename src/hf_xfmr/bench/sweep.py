@@ -6,24 +6,54 @@ reported as a table and a plot of step time and peak memory for both sides.
     print(sweep_markdown(rows, "seq"))
 
 A value that fails on one side (typically out of memory) is recorded with its error and skipped in
-the plot, so a sweep can show where the reference stops.
+the plot, so a sweep can show where the reference stops. Values above `ref_up_to` measure our side only
+(for sizes the reference cannot run on the machine at hand); the table says so.
 """
 
+import gc
+import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .harness import make_case, measure_case
+from .harness import SideStats, _build_runners, _num_threads, make_case, measure_case, peak_memory
+
+
+def measure_ours_only(case, *, repeats: int = 3, warmup: int = 1, threads: int | None = None,
+                      memory: bool = True, seed: int = 0) -> dict[str, Any]:
+    """Our side of `case` alone (step times and peak memory): a row with `ref` None."""
+    with _num_threads(threads) as n_threads:
+        runner = _build_runners(case, seed, sides=("ours",))["ours"]
+        for _ in range(warmup):
+            runner.step()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            runner.step()
+            times.append(time.perf_counter() - start)
+        del runner
+        gc.collect()
+    row = {"case": case.name, "mode": case.mode, "dtype": case.dtype_label, "threads": n_threads,
+           "repeats": repeats, "ours": asdict(SideStats.from_seconds(times)), "ref": None, "speed_ratio": None,
+           "memory_ratio": None, "params": dict(case.factory_kwargs)}
+    if memory:
+        row["memory"] = {"ours": peak_memory(case, "ours", threads=n_threads, seed=seed).as_dict()}
+    return row
 
 
 def run_sweep(case: str, param: str, values: list, *, repeats: int = 3, warmup: int = 1, threads: int | None = None,
-              memory: bool = True, progress: bool = False, **fixed: Any) -> list[dict[str, Any]]:
-    """`measure_case` of `case` with `param` set to each of `values` (and `fixed` overrides)."""
+              memory: bool = True, progress: bool = False, ref_up_to=None, **fixed: Any) -> list[dict[str, Any]]:
+    """`measure_case` of `case` with `param` set to each of `values` (and `fixed` overrides); values above
+    `ref_up_to` (if given) measure our side only."""
     rows = []
     for value in values:
         try:
-            result = measure_case(make_case(case, **{**fixed, param: value}), repeats=repeats, warmup=warmup,
-                                  threads=threads, memory=memory, progress=progress)
-            row = result.as_dict()
+            bench_case = make_case(case, **{**fixed, param: value})
+            if ref_up_to is not None and value > ref_up_to:
+                row = measure_ours_only(bench_case, repeats=repeats, warmup=warmup, threads=threads, memory=memory)
+            else:
+                row = measure_case(bench_case, repeats=repeats, warmup=warmup, threads=threads, memory=memory,
+                                   progress=progress).as_dict()
         except (RuntimeError, MemoryError) as err:  # e.g. the reference runs out of memory
             row = {"case": case, "error": str(err).splitlines()[0]}
         row[param] = value
@@ -42,9 +72,11 @@ def sweep_markdown(rows: list[dict[str, Any]], param: str) -> str:
         mem = row.get("memory") or {}
         ours_mb, ref_mb = mem.get("ours", {}).get("peak_mb"), mem.get("ref", {}).get("peak_mb")
         ratio = row.get("memory_ratio")
+        ref_ms = "not run" if row.get("ref") is None else f"{row['ref']['median_ms']:.1f}"
+        speed = "—" if row.get("speed_ratio") is None else f"{row['speed_ratio']:.2f}x"
         lines.append(
-            f"| {row[param]} | {row['ours']['median_ms']:.1f} | {row['ref']['median_ms']:.1f} "
-            f"| {row['speed_ratio']:.2f}x | {'—' if ours_mb is None else f'{ours_mb:.0f}'} "
+            f"| {row[param]} | {row['ours']['median_ms']:.1f} | {ref_ms} "
+            f"| {speed} | {'—' if ours_mb is None else f'{ours_mb:.0f}'} "
             f"| {'—' if ref_mb is None else f'{ref_mb:.0f}'} | {'—' if ratio is None else f'{ratio:.2f}x'} |"
         )
     return "\n".join(lines) + "\n"
@@ -62,18 +94,20 @@ def plot_sweep(rows: list[dict[str, Any]], param: str, path, *, title: str = "")
     fig, (ax_time, ax_mem) = plt.subplots(1, 2, figsize=(10, 4))
     for side, style in (("ours", "o-"), ("ref", "s--")):
         label = "hf_xfmr" if side == "ours" else "transformers"
-        ax_time.plot(xs, [row[side]["median_ms"] for row in done], style, label=label)
+        timed = [(row[param], row[side]["median_ms"]) for row in done if row.get(side) is not None]
+        ax_time.plot([x for x, _ in timed], [y for _, y in timed], style, label=label)
         mem = [(row[param], (row.get("memory") or {}).get(side, {}).get("peak_mb")) for row in done]
         mem = [(x, y) for x, y in mem if y is not None]
         if mem:
             ax_mem.plot([x for x, _ in mem], [y for _, y in mem], style, label=label)
     for ax, ylabel in ((ax_time, "median step time (ms)"), (ax_mem, "peak memory growth (MB)")):
         ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
         ax.set_xlabel(param)
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
+        if ax.lines:  # an empty panel (e.g. memory not measured) keeps linear axes and no legend
+            ax.set_yscale("log")
+            ax.legend()
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -141,9 +141,11 @@ def xlnet_plm_train_85(**kw) -> BenchCase:
 
 
 def main(argv=None):
-    """`python benchmarks/bench_xlnet_sweep.py [--cases xlnet-plm-step xlnet-plm-train] [--out DIR]`: step time
-    and peak memory at seq 128..2048 (batch 8 unless --batch), a markdown table and a PNG plot per case."""
+    """`python benchmarks/bench_xlnet_sweep.py [--cases xlnet-plm-step xlnet-plm-train] [--seqs ...] [--out DIR]`:
+    step time and peak memory at seq 128..2048 (batch 8 unless --batch), a markdown table and a PNG plot per
+    case. Rows are kept in `<case>_seq.json` and merged by seq, so long sweeps can run one seq at a time."""
     import argparse
+    import json
     from pathlib import Path
 
     from .sweep import plot_sweep, run_sweep, sweep_markdown
@@ -153,17 +155,27 @@ def main(argv=None):
     parser.add_argument("--seqs", nargs="+", type=int, default=SWEEP_SEQS)
     parser.add_argument("--batch", type=int, default=PLM_SIZES["batch"])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--ref-up-to", type=int, default=None,
+                        help="measure only our side above this seq (where the reference does not fit the machine)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurements")
     parser.add_argument("--tiny", action="store_true", help="tiny model sizes (smoke test)")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args(argv)
     fixed = dict(TINY_SIZES) if args.tiny else {}
     fixed.pop("seq", None)
     fixed["batch"] = args.batch
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     for case in args.cases:
-        rows = run_sweep(case, "seq", args.seqs, repeats=args.repeats, **fixed)
+        rows = run_sweep(case, "seq", args.seqs, repeats=args.repeats, threads=args.threads,
+                         memory=not args.no_memory, ref_up_to=args.ref_up_to, **fixed)
+        store = out / f"{case}_seq.json"
+        merged = {row["seq"]: row for row in (json.loads(store.read_text()) if store.exists() else [])}
+        merged.update({row["seq"]: row for row in rows})
+        rows = [merged[seq] for seq in sorted(merged)]
+        store.write_text(json.dumps(rows, indent=2, default=str) + "\n")
         table = sweep_markdown(rows, "seq")
         print(f"\n{case}\n{table}")
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         (out / f"{case}_seq.md").write_text(table)
         plot_sweep(rows, "seq", out / f"{case}_seq.png", title=f"{case}: batch {args.batch}")
