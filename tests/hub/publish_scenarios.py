@@ -124,6 +124,25 @@ def publish_a_model():
 
 step("publish_model", publish_a_model)
 
+
+def with_login_token(call):
+    """No HF_TOKEN, but the token file `hf auth login` writes (HF_HOME/token): publish finds it there."""
+    from huggingface_hub import constants
+
+    token = os.environ.pop("HF_TOKEN")
+    path = Path(constants.HF_TOKEN_PATH)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(token)
+    try:
+        return call()
+    finally:
+        path.unlink()
+        os.environ["HF_TOKEN"] = token
+
+
+if mode == "lfs":
+    step("login_token", lambda: with_login_token(lambda: hub.publish(folders["bert"], repo("login"))))
+
 if mode == "lfs":
     step("cli_publish", lambda: cli_main(["publish", folders["bert"], "--repo-id", repo("cli"), "--private",
                                           "--commit-message", "first upload"]))

@@ -214,6 +214,12 @@ def test_upload_without_a_token_fails_cleanly(mode, request):
     assert f"alice/{mode}-bad-token" not in entry["after"]["repos"]
 
 
+def test_the_token_of_hf_auth_login_is_used_when_hf_token_is_unset(lfs):
+    entry = _ok(lfs, "login_token")
+    assert entry["after"]["commits"]["alice/lfs-login"] == 2
+    assert "config.json" in entry["after"]["files"]["alice/lfs-login"]["main"]
+
+
 def test_the_token_is_never_printed(xet, lfs):
     for report in (xet, lfs):
         assert TOKEN not in json.dumps(report) and BAD_TOKEN not in json.dumps(report)
