@@ -3,7 +3,7 @@
 Pretrains models of about the same size on the same text with the same token budget (steps x batch x
 sequence length), one per objective:
 
-    MLM  ModernBERT (masked language modelling, 30% masking)
+    MLM  ModernBERT (masked language modelling, 30% masking), or BERT where ModernBERT is not installed
     PLM  XLNet (permutation language modelling, two-stream attention)
     CLM  GPT (next-token prediction)
 
@@ -32,9 +32,17 @@ from hf_xfmr.data.labelled import load_vader_sentiment
 from hf_xfmr.training import FinetuneArguments, PretrainArguments, finetune, pretrain
 
 
+def default_runs() -> str:
+    """One run per objective: ModernBERT for MLM where this installation has it, else BERT."""
+    from hf_xfmr.models import architectures
+
+    mlm = "modernbert" if any(arch.name == "modernbert" for arch in architectures()) else "bert"
+    return f"{mlm}:mlm,xlnet:plm,gpt:clm"
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", default="modernbert:mlm,xlnet:plm,gpt:clm", help="architecture:objective pairs")
+    parser.add_argument("--runs", default=default_runs(), help="architecture:objective pairs (default: %(default)s)")
     parser.add_argument("--pretrain-steps", type=int, default=600)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seq-len", type=int, default=64)

@@ -28,3 +28,12 @@ def test_compare_objectives_writes_its_table(tmp_path, monkeypatch):
     table = (out / "results.md").read_text()
     assert "| CLM (gpt) |" in table
     assert "3 steps x 8 x 64" in table
+
+
+def test_default_runs_are_one_per_objective_and_all_installed(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    sys.modules.pop("compare_objectives", None)
+    import compare_objectives
+
+    runs = compare_objectives.parse_runs(compare_objectives.parse_args([]).runs)  # raises for an unknown one
+    assert [objective for _, objective in runs] == ["mlm", "plm", "clm"]
