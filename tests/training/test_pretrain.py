@@ -71,10 +71,12 @@ def test_resume_continues_exactly(saved_tokenizer, tmp_path, streaming):
     ("bert", "wwm", AutoModelForMaskedLM),
     ("bert", "mlm+nsp", AutoModelForPreTraining),
     ("roberta", "mlm", AutoModelForMaskedLM),
+    ("albert", "mlm+sop", AutoModelForPreTraining),
+    ("distilbert", "mlm", AutoModelForMaskedLM),
     ("gpt", "clm", AutoModelForCausalLM),
 ])
 def test_objectives_train_and_save_a_loadable_model(tmp_path, saved_tokenizer, arch, objective, auto_class):
-    tokenizer = saved_tokenizer if arch == "bert" else None  # roberta: a byte-level BPE trained on the fly
+    tokenizer = saved_tokenizer if arch == "bert" else None  # others: their own kind, trained on the fly
     result = pretrain(_args(tokenizer, tmp_path / "out", arch=arch, objective=objective, vocab_size=400))
     records = read_log(result.log_path)
     train = [r for r in records if "loss" in r]
@@ -82,8 +84,8 @@ def test_objectives_train_and_save_a_loadable_model(tmp_path, saved_tokenizer, a
     assert all(r["loss"] > 0 and r["grad_norm"] > 0 and r["tokens_per_second"] > 0 for r in train)
     evals = [r for r in records if "eval_loss" in r]
     expected = {"step", "epoch", "eval_loss", "eval_perplexity", "eval_accuracy", "eval_majority_accuracy"}
-    if objective == "mlm+nsp":
-        expected.add("eval_nsp_accuracy")
+    if objective in ("mlm+nsp", "mlm+sop"):
+        expected.add(f"eval_{objective[-3:]}_accuracy")
     assert len(evals) == 1 and set(evals[0]) == expected
     assert evals[0]["eval_perplexity"] == pytest.approx(torch.tensor(evals[0]["eval_loss"]).exp().item())
     assert 0 <= evals[0]["eval_accuracy"] <= 1 and 0 < evals[0]["eval_majority_accuracy"] < 1
