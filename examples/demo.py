@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 from hf_xfmr.data import default_corpus, train_tokenizer
 from hf_xfmr.data.corpus import document_text
@@ -154,7 +154,9 @@ def main(argv=None):
     section(4, steps, f"LoRA finetuning of the pretrained {arch} on VADER sentiment")
     # A model pretrained for minutes on Python's documentation has no sentiment in its frozen word embeddings:
     # adapt them too (a rank-16 update), beside the projections every architecture names alike.
-    targets = [*lora_targets(AutoModel.from_pretrained(results[arch].model_dir), None), "word_embeddings"]
+    # (the module names come from the architecture alone: an untrained model of the config shows them)
+    base = AutoModel.from_config(AutoConfig.from_pretrained(results[arch].model_dir))
+    targets = [*lora_targets(base, None), "word_embeddings"]
     print(f"      LoRA r=16 on {', '.join(targets)}; the classification head trained in full")
     tuned = finetune(FinetuneArguments(
         model_name_or_path=str(results[arch].model_dir), dataset="vader", lora=True, lora_r=16, lora_alpha=32,
