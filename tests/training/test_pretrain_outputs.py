@@ -1,6 +1,6 @@
 """What a pretraining run shows and leaves besides the model: the progress bar (loss, tokens/s), the
 TensorBoard mirror of the JSON-lines log when tensorboard is importable (JSON lines only when it is not),
-the rotation of checkpoints (`--save_total_limit`), a resumed data order that starts at its position
+the rotation of checkpoints (`--save_total_limit`), gradient clipping, a resumed data order that starts at its position
 without reading the consumed batches, and the local file formats `--dataset` reads."""
 
 import sys
@@ -9,7 +9,7 @@ import types
 import pytest
 import torch
 
-from hf_xfmr.training import PretrainArguments, pretrain, read_log
+from hf_xfmr.training import PretrainArguments, PretrainCallback, pretrain, read_log
 from hf_xfmr.training.data import BatchPlan, train_batches
 from hf_xfmr.training.logs import RunLog
 
@@ -119,3 +119,34 @@ def test_local_file_formats(tmp_path):
         assert load_corpus(str(tmp_path / name), text_column="body")["text"] == texts, name
     streamed = load_corpus(str(tmp_path / "part-0.parquet"), text_column="body", streaming=True)
     assert [r["text"] for r in streamed] == texts
+
+
+class GradNormAtUpdate(PretrainCallback):
+    """Records the total gradient norm the optimizer sees at each update (after any clipping)."""
+
+    def __init__(self):
+        self.norms = []
+
+    def on_train_begin(self, run):
+        optimizer, step = run.optimizer, run.optimizer.step
+
+        def recording_step(*args, **kwargs):
+            grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            self.norms.append(float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))))
+            return step(*args, **kwargs)
+        optimizer.step = recording_step
+
+
+@pytest.mark.parametrize("max_grad_norm", [0.05, 0.0], ids=["clipped", "off"])
+def test_gradient_clipping(saved_tokenizer, tmp_path, max_grad_norm):
+    recorder = GradNormAtUpdate()
+    result = pretrain(PretrainArguments(
+        arch="bert", objective="mlm", max_steps=2, max_documents=40, tokenizer=str(saved_tokenizer),
+        per_device_train_batch_size=4, max_seq_length=32, logging_steps=1, save_steps=0, eval_fraction=0.0,
+        progress_bar=False, report_to_tensorboard=False, max_grad_norm=max_grad_norm, output_dir=str(tmp_path / "out")),
+        callbacks=[recorder])
+    logged = [r["grad_norm"] for r in read_log(result.log_path) if "loss" in r]  # the norm before clipping
+    assert len(recorder.norms) == 2 and all(n > 0.05 for n in logged)
+    for before, at_update in zip(logged, recorder.norms):
+        expected = min(before, max_grad_norm) if max_grad_norm else before
+        assert at_update == pytest.approx(expected, rel=1e-4)
