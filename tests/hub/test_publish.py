@@ -276,6 +276,24 @@ def test_cli_publish(lfs):
     assert missing["value"] == 2 and "is not a folder" in missing["stderr"]
 
 
+@pytest.mark.parametrize("command, repo, model_class", [
+    ("pretrain", "alice/lfs-pretrained", "XfmrBertForMaskedLM"),
+    ("finetune", "alice/lfs-finetuned", "XfmrBertForSequenceClassification"),
+])
+def test_training_commands_publish_at_the_end(lfs, hub, command, repo, model_class):
+    entry = _ok(lfs, f"cli_{command}_push")
+    assert entry["value"] == 0, entry["stderr"][-3000:]
+    assert entry["after"]["commits"][repo] == 2
+    files = set(entry["after"]["files"][repo]["main"])
+    assert {"config.json", "model.safetensors", "README.md", "loss_curve.png", "tokenizer.json",
+            "modeling_xfmr_bert.py"} <= files
+    published = hub.state.repos[repo]
+    commit = published.commits[published.refs["main"]]
+    assert json.loads(commit.files["config.json"].data)["architectures"] == [model_class]
+    readme = commit.files["README.md"].data.decode()
+    assert f'from_pretrained("{repo}", trust_remote_code=True)' in readme and "accuracy" in readme
+
+
 # ----------------------------------------------------------------------------------------------
 # Download: the published repos load where hf_xfmr is not installed
 # ----------------------------------------------------------------------------------------------
