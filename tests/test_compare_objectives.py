@@ -21,7 +21,7 @@ def test_compare_objectives_writes_its_table(tmp_path, monkeypatch):
                                     "--finetune-epochs", "0.01", "--vocab-size", "600", "--output", str(out)])
     assert [(r["arch"], r["objective"]) for r in rows] == [("gpt", "clm")]
     for row in rows:
-        assert row["parameters"] > 0 and row["pretrain_seconds"] > 0
+        assert row["parameters"] > 0 and row["pretrain_seconds"] > 0 and row["pretrain_cpu_seconds"] > 0
         assert 0 <= row["eval_accuracy"] <= 1 and 0 <= row["finetuned_accuracy"] <= 1
         assert 0 <= row["scratch_accuracy"] <= 1
     assert json.loads((out / "results.json").read_text()) == rows
