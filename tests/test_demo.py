@@ -22,17 +22,24 @@ def _load_demo():
 def test_quick_demo_pretrains_finetunes_and_exports(tmp_path, capsys):
     demo = _load_demo()
     out = tmp_path / "demo"
-    demo.main(["--quick", "--runs", "bert:mlm,gpt:clm", "--output", str(out)])
+    demo.main(["--quick", "--output", str(out)])  # the default runs: what `make demo` pretrains
     printed = capsys.readouterr().out
     assert "[5/5]" in printed and "Done in" in printed
 
-    for arch in ("bert", "gpt"):
+    archs = [run.split(":")[0] for run in demo.DEFAULT_RUNS]
+    assert "xlnet" in archs  # the permutation LM is part of the demo
+    for arch in archs:
         assert (out / "pretrain" / arch / "model.safetensors").is_file()
         rows = [json.loads(line) for line in (out / "pretrain" / arch / "log.jsonl").read_text().splitlines()]
         assert any("loss" in row for row in rows) and any("eval_loss" in row for row in rows)
     assert (out / "finetune" / "adapter" / "adapter_config.json").is_file()
+    assert (out / "finetune" / "merged" / "model.safetensors").is_file()
     export = out / "export"
     assert {"config.json", "model.safetensors", "README.md", "loss_curve.png"} <= {p.name for p in export.iterdir()}
+    assert (export / "README.md").read_text().startswith("---\n")  # the card's YAML front matter
+    listing = printed.split("What is where:")[1]
+    for path in (export, out / "finetune" / "adapter", out / "finetune" / "merged", *(out / "pretrain" / a for a in archs)):
+        assert str(path) in listing, path
     config = json.loads((export / "config.json").read_text())
     assert config["auto_map"]["AutoModelForSequenceClassification"].startswith("modeling_")
     difference = re.search(r"max \|logit difference\| (\S+)", printed)
@@ -42,5 +49,9 @@ def test_quick_demo_pretrains_finetunes_and_exports(tmp_path, capsys):
 def test_runs_are_validated():
     demo = _load_demo()
     assert demo.parse_runs("bert:mlm, gpt:clm") == [("bert", "mlm"), ("gpt", "clm")]
+    assert demo.parse_args([]).runs == ",".join(demo.DEFAULT_RUNS)
+    assert [objective for _, objective in demo.parse_runs(demo.parse_args([]).runs)][:2] == ["mlm", "plm"]
+    with pytest.raises(SystemExit, match="does not train with 'clm'"):
+        demo.parse_runs("bert:clm")
     with pytest.raises(SystemExit, match="architecture:objective"):
         demo.parse_runs("bert")

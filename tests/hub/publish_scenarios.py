@@ -124,10 +124,43 @@ def publish_a_model():
 
 step("publish_model", publish_a_model)
 
+
+def with_login_token(call):
+    """No HF_TOKEN, but the token file `hf auth login` writes (HF_HOME/token): publish finds it there."""
+    from huggingface_hub import constants
+
+    token = os.environ.pop("HF_TOKEN")
+    path = Path(constants.HF_TOKEN_PATH)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(token)
+    try:
+        return call()
+    finally:
+        path.unlink()
+        os.environ["HF_TOKEN"] = token
+
+
+if mode == "lfs":
+    step("login_token", lambda: with_login_token(lambda: hub.publish(folders["bert"], repo("login"))))
+
 if mode == "lfs":
     step("cli_publish", lambda: cli_main(["publish", folders["bert"], "--repo-id", repo("cli"), "--private",
                                           "--commit-message", "first upload"]))
     step("cli_bad_repo_id", lambda: cli_main(["publish", folders["bert"], "--repo-id", "alice/"]))
     step("cli_missing_folder", lambda: cli_main(["publish", folders["bert"] + "-missing", "--repo-id", repo("x")]))
+
+    # The training commands publish at the end: a 2-step pretraining, then a 2-step finetuning of its model.
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    work = Path(config["report"]).parent
+    step("cli_pretrain_push", lambda: cli_main([
+        "pretrain", "--arch", "bert", "--max_steps", "2", "--max_documents", "30", "--vocab_size", "300",
+        "--max_seq_length", "32", "--per_device_train_batch_size", "4", "--save_steps", "0", "--no_progress_bar",
+        "--no_report_to_tensorboard", "--output_dir", str(work / "pretrain"), "--push_to_hub", repo("pretrained")]))
+    rows = [("a good happy day", 1), ("a bad sad day", 0)] * 8
+    (work / "train.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    step("cli_finetune_push", lambda: cli_main([
+        "finetune", "--model_name_or_path", str(work / "pretrain"), "--train_file", str(work / "train.csv"),
+        "--validation_file", str(work / "train.csv"), "--max_steps", "2", "--eval_steps", "2", "--disable_tqdm",
+        "--max_seq_length", "32", "--output_dir", str(work / "finetune"), "--push_to_hub", repo("finetuned")]))
 
 Path(config["report"]).write_text(json.dumps(report, indent=2))

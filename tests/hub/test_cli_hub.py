@@ -82,3 +82,33 @@ def test_export_and_publish_bad_input(tmp_path, capsys):
     assert status == 2 and "invalid repo id 'no-slash'" in err
     status, _, err = run(["publish", str(tmp_path)], capsys)
     assert status == 2 and "--repo-id" in err
+
+
+def test_publish_passes_every_option_on(tmp_path, capsys, monkeypatch):
+    """The options reach `hf_xfmr.hub.publish` (which test_publish.py runs against the test Hub server);
+    a pull request is reported by its URL."""
+    import hf_xfmr.hub
+
+    calls = []
+
+    class Commit:
+        commit_url, pr_url = "http://hub/alice/x/commit/abc", "http://hub/alice/x/discussions/1"
+
+    def fake_publish(folder, repo_id, **kwargs):
+        calls.append((folder, repo_id, kwargs))
+        return Commit()
+
+    monkeypatch.setattr(hf_xfmr.hub, "publish", fake_publish)
+    status, out, err = run(["publish", str(tmp_path), "--repo-id", "alice/x", "--revision", "dev", "--private",
+                            "--create-pr", "--commit-message", "v2", "--keep-stale", "--max-retries", "5"], capsys)
+    assert status == 0, err
+    ((folder, repo_id, kwargs),) = calls
+    assert (folder, repo_id) == (str(tmp_path), "alice/x")
+    assert kwargs == dict(revision="dev", private=True, create_pr=True, commit_message="v2", max_retries=5,
+                          delete_stale=False)
+    assert "opened a pull request on alice/x@dev: http://hub/alice/x/discussions/1" in out
+    calls.clear()
+    status, _, err = run(["publish", str(tmp_path), "--repo-id", "alice/x"], capsys)
+    assert status == 0, err
+    assert calls[0][2] == dict(revision=None, private=None, create_pr=False, commit_message=None, max_retries=3,
+                               delete_stale=True)

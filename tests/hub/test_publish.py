@@ -214,6 +214,12 @@ def test_upload_without_a_token_fails_cleanly(mode, request):
     assert f"alice/{mode}-bad-token" not in entry["after"]["repos"]
 
 
+def test_the_token_of_hf_auth_login_is_used_when_hf_token_is_unset(lfs):
+    entry = _ok(lfs, "login_token")
+    assert entry["after"]["commits"]["alice/lfs-login"] == 2
+    assert "config.json" in entry["after"]["files"]["alice/lfs-login"]["main"]
+
+
 def test_the_token_is_never_printed(xet, lfs):
     for report in (xet, lfs):
         assert TOKEN not in json.dumps(report) and BAD_TOKEN not in json.dumps(report)
@@ -268,6 +274,24 @@ def test_cli_publish(lfs):
     assert bad["value"] == 2 and "hf-xfmr publish: error: invalid repo id 'alice/'" in bad["stderr"]
     missing = _ok(lfs, "cli_missing_folder")
     assert missing["value"] == 2 and "is not a folder" in missing["stderr"]
+
+
+@pytest.mark.parametrize("command, repo, model_class", [
+    ("pretrain", "alice/lfs-pretrained", "XfmrBertForMaskedLM"),
+    ("finetune", "alice/lfs-finetuned", "XfmrBertForSequenceClassification"),
+])
+def test_training_commands_publish_at_the_end(lfs, hub, command, repo, model_class):
+    entry = _ok(lfs, f"cli_{command}_push")
+    assert entry["value"] == 0, entry["stderr"][-3000:]
+    assert entry["after"]["commits"][repo] == 2
+    files = set(entry["after"]["files"][repo]["main"])
+    assert {"config.json", "model.safetensors", "README.md", "loss_curve.png", "tokenizer.json",
+            "modeling_xfmr_bert.py"} <= files
+    published = hub.state.repos[repo]
+    commit = published.commits[published.refs["main"]]
+    assert json.loads(commit.files["config.json"].data)["architectures"] == [model_class]
+    readme = commit.files["README.md"].data.decode()
+    assert f'from_pretrained("{repo}", trust_remote_code=True)' in readme and "accuracy" in readme
 
 
 # ----------------------------------------------------------------------------------------------

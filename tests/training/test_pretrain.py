@@ -71,10 +71,12 @@ def test_resume_continues_exactly(saved_tokenizer, tmp_path, streaming):
     ("bert", "wwm", AutoModelForMaskedLM),
     ("bert", "mlm+nsp", AutoModelForPreTraining),
     ("roberta", "mlm", AutoModelForMaskedLM),
+    ("albert", "mlm+sop", AutoModelForPreTraining),
+    ("distilbert", "mlm", AutoModelForMaskedLM),
     ("gpt", "clm", AutoModelForCausalLM),
 ])
 def test_objectives_train_and_save_a_loadable_model(tmp_path, saved_tokenizer, arch, objective, auto_class):
-    tokenizer = saved_tokenizer if arch == "bert" else None  # roberta: a byte-level BPE trained on the fly
+    tokenizer = saved_tokenizer if arch == "bert" else None  # others: their own kind, trained on the fly
     result = pretrain(_args(tokenizer, tmp_path / "out", arch=arch, objective=objective, vocab_size=400))
     records = read_log(result.log_path)
     train = [r for r in records if "loss" in r]
@@ -82,8 +84,8 @@ def test_objectives_train_and_save_a_loadable_model(tmp_path, saved_tokenizer, a
     assert all(r["loss"] > 0 and r["grad_norm"] > 0 and r["tokens_per_second"] > 0 for r in train)
     evals = [r for r in records if "eval_loss" in r]
     expected = {"step", "epoch", "eval_loss", "eval_perplexity", "eval_accuracy", "eval_majority_accuracy"}
-    if objective == "mlm+nsp":
-        expected.add("eval_nsp_accuracy")
+    if objective in ("mlm+nsp", "mlm+sop"):
+        expected.add(f"eval_{objective[-3:]}_accuracy")
     assert len(evals) == 1 and set(evals[0]) == expected
     assert evals[0]["eval_perplexity"] == pytest.approx(torch.tensor(evals[0]["eval_loss"]).exp().item())
     assert 0 <= evals[0]["eval_accuracy"] <= 1 and 0 < evals[0]["eval_majority_accuracy"] < 1
@@ -235,13 +237,52 @@ def test_readme_snippets_run(tmp_path, monkeypatch):
                                    ObjectiveSettings()).collator.mlm_probability == 0.4
 
 
+def _exporting_publish(calls, folder):
+    """Stands in for hf_xfmr.hub.publish: does what it does with a model (export it, with the repo id in the
+    card) and records the call; only the upload (tested against the test Hub server) is left out."""
+    import hf_xfmr.hub
+
+    real_export = hf_xfmr.hub.export
+
+    def publish(model, repo_id, *, tokenizer=None, **export_kwargs):
+        calls.append((model, repo_id, tokenizer, export_kwargs))
+        return real_export(model, tokenizer, folder, repo_id=repo_id, **export_kwargs)
+    return publish
+
+
 def test_push_to_hub_publishes_the_final_model_with_its_metrics_and_log(saved_tokenizer, tmp_path, monkeypatch):
     import hf_xfmr.hub
 
     calls = []
-    monkeypatch.setattr(hf_xfmr.hub, "publish", lambda model, repo_id, **kwargs: calls.append((model, repo_id, kwargs)))
+    monkeypatch.setattr(hf_xfmr.hub, "publish", _exporting_publish(calls, tmp_path / "export"))
     result = pretrain(_args(saved_tokenizer, tmp_path / "out", max_steps=2, push_to_hub="me/tiny-bert"))
-    ((model, repo_id, kwargs),) = calls
-    assert model is result.model and repo_id == "me/tiny-bert" and kwargs["tokenizer"] is result.tokenizer
-    assert set(kwargs["metrics"]) == {"loss", "perplexity", "accuracy", "majority_accuracy"} and kwargs["training"]["steps"] == 2
+    ((model, repo_id, tokenizer, kwargs),) = calls
+    assert model is result.model and repo_id == "me/tiny-bert" and tokenizer is result.tokenizer
+    assert kwargs["training"]["steps"] == 2 and kwargs["training"]["objective"] == "mlm"
     assert read_log(kwargs["training_logs"]) == read_log(result.log_path)
+    # Evaluated on the embedded corpus (no Hub dataset): the metrics are in the card's text, not its model-index.
+    readme = (tmp_path / "export" / "README.md").read_text()
+    accuracy = result.eval_metrics["eval_accuracy"]
+    assert f"accuracy {accuracy:.4g}" in readme and "majority_accuracy" in readme and "model-index" not in readme
+    assert 'from_pretrained("me/tiny-bert", trust_remote_code=True)' in readme
+    assert (tmp_path / "export" / "loss_curve.png").is_file()
+
+
+def test_push_to_hub_puts_metrics_on_a_hub_dataset_into_the_model_index(saved_tokenizer, tmp_path, monkeypatch):
+    import hf_xfmr.hub
+    from huggingface_hub import ModelCard
+    import importlib
+
+    pretrain_module = importlib.import_module("hf_xfmr.training.pretrain")  # the module, not the function
+
+    calls = []
+    monkeypatch.setattr(hf_xfmr.hub, "publish", _exporting_publish(calls, tmp_path / "export"))
+    finished = pretrain(_args(saved_tokenizer, tmp_path / "out", max_steps=1, eval_fraction=0.0))
+    args = _args(saved_tokenizer, tmp_path / "out", dataset="wikitext", push_to_hub="me/tiny-bert")
+    pretrain_module.publish(finished.model, finished.tokenizer, args,
+                            {"eval_loss": 5.0, "eval_accuracy": 0.25, "eval_perplexity": float("inf")}, finished.log_path)
+    data = ModelCard.load(tmp_path / "export" / "README.md").data.to_dict()
+    assert data["datasets"] == ["wikitext"]
+    (results,) = data["model-index"][0]["results"]
+    assert results["dataset"]["name"] == "wikitext" and results["dataset"]["split"] == "train (held-out 10%)"
+    assert {m["type"]: m["value"] for m in results["metrics"]} == {"loss": 5.0, "accuracy": 0.25}

@@ -808,10 +808,35 @@ def publish(model, tokenizer, args: PretrainArguments, metrics: dict, log_path: 
     `hf_xfmr.hub.publish`. Credentials come from HF_TOKEN or `hf auth login`."""
     from hf_xfmr.hub import publish as hub_publish
 
-    training = {"objective": args.objective or "default", "steps": args.max_steps, "learning_rate": args.learning_rate,
+    training = {"objective": objective_name(args), "steps": args.max_steps, "learning_rate": args.learning_rate,
                 "per_device_train_batch_size": args.per_device_train_batch_size,
                 "gradient_accumulation_steps": args.gradient_accumulation_steps, "max_seq_length": args.max_seq_length,
                 "optimizer": args.optimizer, "lr_scheduler": args.lr_scheduler}
-    card_metrics = {k.removeprefix("eval_"): v for k, v in metrics.items()}
-    hub_publish(model, args.push_to_hub, tokenizer=tokenizer, metrics=card_metrics or None, training=training,
-                training_logs=str(log_path))
+    card_metrics = {k.removeprefix("eval_"): v for k, v in metrics.items() if math.isfinite(v)}
+    # The card's model-index names a Hub dataset; metrics measured on local files or the embedded corpus go
+    # into the description only (a model-index entry without a dataset is invalid, and export refuses it).
+    evaluated_on = args.eval_dataset or args.dataset
+    on_hub = evaluated_on is not None and not _is_local_source(evaluated_on)
+    source = args.dataset or "the embedded corpus (Python's documentation)"
+    results = ", ".join(f"{k} {v:.4g}" for k, v in card_metrics.items())
+    description = f"Pretrained with `hf-xfmr pretrain` ({objective_name(args)}) on {source}" + (
+        f" (held-out evaluation: {results})." if results else ".")
+    card = {}
+    if on_hub and card_metrics:
+        split = args.dataset_split if args.eval_dataset else f"{args.dataset_split} (held-out {args.eval_fraction:.0%})"
+        card = dict(metrics=card_metrics, eval_dataset=evaluated_on, eval_split=split)
+    if args.dataset and not _is_local_source(args.dataset):
+        card["datasets"] = [args.dataset]
+    hub_publish(model, args.push_to_hub, tokenizer=tokenizer, description=description, training=training,
+                training_logs=str(log_path), **card)
+
+
+def objective_name(args: PretrainArguments) -> str:
+    return args.objective or resolve_objective(args)[1].name
+
+
+def _is_local_source(source: str) -> bool:
+    """A file, folder or glob on this machine (anything else is a `datasets` name, e.g. a Hub dataset id)."""
+    import glob
+
+    return Path(source).exists() or bool(glob.glob(source)) or any(c in source for c in "*?[")
