@@ -58,7 +58,7 @@ from ..heads import (
     pool_first,
     pool_mean,
 )
-from ..input_checks import check_encoder_inputs, check_value_range
+from ..input_checks import check_encoder_inputs
 from ..losses import span_loss
 from .configuration_modernbert import XfmrModernBertConfig
 
@@ -215,7 +215,7 @@ class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
         batch, seq_len = check_encoder_inputs(
             input_ids, inputs_embeds, attention_mask, None, position_ids,
             vocab_size=self.config.vocab_size, type_vocab_size=None,
-            max_positions=self.config.max_position_embeddings,
+            max_positions=self.config.max_position_embeddings,  # explicit position_ids: also the RoPE range
         )
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = (
@@ -254,13 +254,6 @@ class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
         index = varlen.indices if varlen.indices is not None else torch.arange(total, device=device)
         return flat.index_put((index,), in_doc).view(batch, seq_len)
 
-    def _check_positions(self, position_ids):
-        check_value_range(
-            "position_ids", position_ids, 0, self.config.max_position_embeddings,
-            f"RoPE is trained for positions below max_position_embeddings={self.config.max_position_embeddings}: "
-            f"shorten the documents or renumber the positions.", what="the RoPE table",
-        )
-
     def _forward_unpadded(self, input_ids, inputs_embeds, position_ids, varlen, batch, seq_len,
                           output_hidden_states):
         def unpad(x):  # (B, T, ...) -> (N, ...)
@@ -273,7 +266,6 @@ class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
             return pad_input(x, varlen.indices, batch, seq_len)
 
         positions = unpad(position_ids)  # (N,)
-        self._check_positions(positions)
         if input_ids is not None:
             hidden = self.embeddings(input_ids=unpad(input_ids))  # (N, C): real tokens only
         else:
@@ -294,7 +286,6 @@ class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
     def _forward_padded(self, input_ids, inputs_embeds, position_ids, attention_mask, varlen, packed,
                         output_attentions, output_hidden_states):
         batch, seq_len = position_ids.shape
-        self._check_positions(position_ids if attention_mask is None else position_ids[attention_mask.bool()])
         hidden = self.embeddings(input_ids=input_ids, inputs_embeds=inputs_embeds)  # (B, T, C)
         device = hidden.device
         if packed:  # documents by id, -1 at padding: attention stays within each document
