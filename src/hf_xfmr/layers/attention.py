@@ -215,22 +215,37 @@ def varlen_attention_reference(
     return out[0]  # (N, H, D)
 
 
+def _band_attention(module, kernel, query, key, value, mask, scaling, dropout):
+    """`kernel` under a mask that leaves no row empty (a band always holds its diagonal). For sdpa that
+    is torch's fused kernel directly: the wrapper's empty-row bookkeeping would cost a pass over the output."""
+    if kernel is sdpa_attention_forward and (dropout == 0.0 or query.device.type != "cpu"):
+        dropout = dropout if _is_training(module) else 0.0
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling)
+        return out.transpose(1, 2)  # (B, Tq, H, D)
+    return kernel(module, query, key, value, mask, scaling=scaling, dropout=dropout)[0]
+
+
 def local_attention(module, kernel, query, key, value, window, scaling=None, dropout=0.0):
     """Sliding-window attention (|i - j| <= window // 2) in O(T * window): (B, H, T, D) -> (B, T, H, D).
 
-    The sequence is cut into blocks of `reach = window // 2` queries; the keys a block can see lie in
+    Long sequences are cut into blocks of `reach = window // 2` queries; the keys a block can see lie in
     that block and its two neighbours, so each block attends over 3 * reach keys under a band mask
     instead of over all T keys. `kernel` is a padded kernel (eager_attention_forward,
     sdpa_attention_forward); the result equals `kernel` with `sliding_window_mask(T, window)`.
 
         keys:     | n-1 | n | n+1 |      (3 * reach keys, zero-padded at both ends of the sequence)
         queries:        | n |            (reach queries)
+
+    Up to 4 windows long, one dense band-masked call is cheaper than the blocks' copies (measured on CPU).
     """
     batch, heads, seq_len, dim = query.shape
     reach = window // 2
     if seq_len <= reach + 1:  # every key lies within reach of every query: plain attention
         out, _ = kernel(module, query, key, value, None, scaling=scaling, dropout=dropout)
         return out
+    if seq_len <= 4 * window:
+        mask = sliding_window_mask(seq_len, window, device=query.device)[None, None]  # (1, 1, T, T)
+        return _band_attention(module, kernel, query, key, value, mask, scaling, dropout)
     blocks = math.ceil(seq_len / reach)
     tail = blocks * reach - seq_len
     q = F.pad(query, (0, 0, 0, tail)).view(batch, heads, blocks, reach, dim)  # (B, H, nb, r, D)
@@ -243,7 +258,7 @@ def local_attention(module, kernel, query, key, value, window, scaling=None, dro
     mask = ((q_pos - k_pos).abs() <= reach) & (k_pos >= 0) & (k_pos < seq_len)  # (nb, r, 3r)
     mask = mask | (q_pos >= seq_len)  # queries past the end (discarded) see everything: no empty rows
     mask = mask[:, None].repeat(batch, 1, 1, 1)  # (B*nb, 1, r, 3r)
-    out, _ = kernel(module, q, k, v, mask, scaling=scaling, dropout=dropout)  # (B*nb, r, H, D)
+    out = _band_attention(module, kernel, q, k, v, mask, scaling, dropout)  # (B*nb, r, H, D)
     return out.reshape(batch, blocks * reach, heads, dim)[:, :seq_len]  # (B, T, H, D)
 
 

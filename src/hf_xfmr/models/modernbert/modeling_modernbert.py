@@ -109,8 +109,8 @@ class XfmrModernBertAttention(nn.Module):
         """Unpadded: hidden_states (N, C) with `varlen` (a VarlenBatch). Padded: (B, T, C) with a bool mask."""
         shape = hidden_states.shape[:-1]  # (N,) or (B, T)
         qkv = self.qkv(hidden_states).view(*shape, 3, self.num_heads, self.head_dim)  # (..., 3, H, D)
-        q, k, v = qkv.unbind(dim=-3)  # (..., H, D) each
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        qk = apply_rope(qkv[..., :2, :, :], cos, sin)  # (..., 2, H, D): queries and keys rotated together
+        (q, k), v = qk.unbind(dim=-3), qkv[..., 2, :, :]  # (..., H, D) each
         dropout = self.dropout_p if self.training else 0.0
         weights = None
         if varlen is not None:
@@ -192,12 +192,12 @@ class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
         self.embeddings.word_embeddings = value
 
     def rope(self, position_ids, dtype):
-        """(cos, sin) per layer kind ("global", "local"), each (..., 1, D) for positions (...)."""
+        """(cos, sin) per layer kind ("global", "local"), each (..., 1, 1, D) for positions (...)."""
         head_dim = self.config.hidden_size // self.config.num_attention_heads
         tables = {}
         for kind, theta in (("global", self.config.global_rope_theta), ("local", self.config.local_rope_theta)):
             cos, sin = rope_cos_sin(position_ids, rope_inv_freq(head_dim, theta, position_ids.device), dtype)
-            tables[kind] = (cos.unsqueeze(-2), sin.unsqueeze(-2))  # (..., 1, D): broadcast over heads
+            tables[kind] = (cos[..., None, None, :], sin[..., None, None, :])  # (..., 1, 1, D): over q/k and heads
         return tables
 
     def forward(
@@ -270,7 +270,7 @@ class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
             hidden = self.embeddings(input_ids=unpad(input_ids))  # (N, C): real tokens only
         else:
             hidden = self.embeddings(inputs_embeds=unpad(inputs_embeds))
-        rope = self.rope(positions, hidden.dtype)  # (N, 1, D) tables
+        rope = self.rope(positions, hidden.dtype)  # (N, 1, 1, D) tables
         all_hidden = [hidden] if output_hidden_states else None
         for layer in self.layers:
             cos, sin = rope["global" if layer.attn.is_global else "local"]
@@ -297,7 +297,7 @@ class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
             global_mask = None if attention_mask is None else padding_mask(attention_mask)  # (B, 1, 1, T)
         window = sliding_window_mask(seq_len, self.config.local_attention, device=device)  # (T, T)
         local_mask = combine_masks(global_mask, window)
-        rope = self.rope(position_ids, hidden.dtype)  # (B, T, 1, D) tables
+        rope = self.rope(position_ids, hidden.dtype)  # (B, T, 1, 1, D) tables
         all_hidden = [hidden] if output_hidden_states else None
         all_attentions = () if output_attentions else None
         for layer in self.layers:
