@@ -225,7 +225,7 @@ def _band_attention(module, kernel, query, key, value, mask, scaling, dropout):
     return kernel(module, query, key, value, mask, scaling=scaling, dropout=dropout)[0]
 
 
-def local_attention(module, kernel, query, key, value, window, scaling=None, dropout=0.0):
+def local_attention(module, kernel, query, key, value, window, scaling=None, dropout=0.0, band=None):
     """Sliding-window attention (|i - j| <= window // 2) in O(T * window): (B, H, T, D) -> (B, T, H, D).
 
     Long sequences are cut into blocks of `reach = window // 2` queries; the keys a block can see lie in
@@ -237,6 +237,7 @@ def local_attention(module, kernel, query, key, value, window, scaling=None, dro
         queries:        | n |            (reach queries)
 
     Up to 4 windows long, one dense band-masked call is cheaper than the blocks' copies (measured on CPU).
+    `band` optionally passes a ready `sliding_window_mask` of at least T x T (its top-left corner is used).
     """
     batch, heads, seq_len, dim = query.shape
     reach = window // 2
@@ -244,7 +245,9 @@ def local_attention(module, kernel, query, key, value, window, scaling=None, dro
         out, _ = kernel(module, query, key, value, None, scaling=scaling, dropout=dropout)
         return out
     if seq_len <= 4 * window:
-        mask = sliding_window_mask(seq_len, window, device=query.device)[None, None]  # (1, 1, T, T)
+        if band is None or band.shape[-1] < seq_len:
+            band = sliding_window_mask(seq_len, window, device=query.device)
+        mask = band[:seq_len, :seq_len][None, None]  # (1, 1, T, T)
         return _band_attention(module, kernel, query, key, value, mask, scaling, dropout)
     blocks = math.ceil(seq_len / reach)
     tail = blocks * reach - seq_len
@@ -271,21 +274,26 @@ def varlen_attention(module, kernel, query, key, value, bounds, scaling=None, wi
     instead of B * T^2 for a padded batch or N^2 for a block-diagonal mask. `window` (a total width, as
     in `sliding_window_mask`) makes every call a `local_attention`.
     """
+    lengths = [end - start for start, end in zip(bounds[:-1], bounds[1:])]
+    # One band mask for the longest document; shorter ones use its top-left corner (it is shift-invariant).
+    band = None if window is None else sliding_window_mask(min(max(lengths), 4 * window), window, device=query.device)
+
     def attend(q, k, v):  # (b, H, L, D) -> (b, L, H, D)
         if window is None:
             return kernel(module, q, k, v, None, scaling=scaling, dropout=dropout)[0]
-        return local_attention(module, kernel, q, k, v, window, scaling=scaling, dropout=dropout)
+        return local_attention(module, kernel, q, k, v, window, scaling=scaling, dropout=dropout, band=band)
 
-    lengths = [end - start for start, end in zip(bounds[:-1], bounds[1:])]
     heads, dim = query.shape[1:]
     if len(set(lengths)) == 1:  # equal lengths: one batched call
         docs, length = len(lengths), lengths[0]
         q, k, v = (t[bounds[0]:bounds[-1]].view(docs, length, heads, dim).transpose(1, 2)
                    for t in (query, key, value))  # (docs, H, L, D)
         return attend(q, k, v).reshape(-1, heads, dim)  # (N, H, D)
+    # split, not slicing: the backward of one split is one concatenation, while each slice's backward
+    # would fill and add a whole (N, H, D) gradient (O(documents * N)).
     outs = []
-    for start, end in zip(bounds[:-1], bounds[1:]):
-        if end > start:
-            q, k, v = (t[start:end].transpose(0, 1)[None] for t in (query, key, value))  # (1, H, L, D)
-            outs.append(attend(q, k, v)[0])  # (L, H, D)
+    for q, k, v in zip(*(t.split(lengths) for t in (query, key, value))):
+        if q.shape[0]:
+            # (1, H, L, D) in, (1, L, H, D) out; squeeze, not [0]: a select's backward zero-fills a copy
+            outs.append(attend(*(t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))).squeeze(0))  # (L, H, D)
     return torch.cat(outs)  # (N, H, D)

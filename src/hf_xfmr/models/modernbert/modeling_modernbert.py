@@ -108,9 +108,11 @@ class XfmrModernBertAttention(nn.Module):
     def forward(self, hidden_states, cos, sin, varlen=None, attention_mask=None, output_attentions=False):
         """Unpadded: hidden_states (N, C) with `varlen` (a VarlenBatch). Padded: (B, T, C) with a bool mask."""
         shape = hidden_states.shape[:-1]  # (N,) or (B, T)
-        qkv = self.qkv(hidden_states).view(*shape, 3, self.num_heads, self.head_dim)  # (..., 3, H, D)
-        qk = apply_rope(qkv[..., :2, :, :], cos, sin)  # (..., 2, H, D): queries and keys rotated together
-        (q, k), v = qk.unbind(dim=-3), qkv[..., 2, :, :]  # (..., H, D) each
+        # split (not indexing): its backward is one concatenation instead of a zero-filled copy per part
+        qk, v = self.qkv(hidden_states).split([2 * self.o_proj.in_features, self.o_proj.in_features], dim=-1)
+        qk = qk.view(*shape, 2, self.num_heads, self.head_dim)  # (..., 2, H, D)
+        q, k = apply_rope(qk, cos, sin).unbind(dim=-3)  # (..., H, D) each: rotated together
+        v = v.view(*shape, self.num_heads, self.head_dim)  # (..., H, D)
         dropout = self.dropout_p if self.training else 0.0
         weights = None
         if varlen is not None:
