@@ -232,3 +232,21 @@ def test_unsupported_reference_configs_raise_clear_errors():
             tiny_config(layer_types=["sliding_attention", "full_attention", "sliding_attention"])))
     with pytest.raises(ValueError, match="odd"):
         hf_xfmr.from_transformers(transformers.ModernBertModel(tiny_config(local_attention=7)))
+
+
+def test_chunked_lm_loss_gives_the_reference_loss_and_gradients_without_logits():
+    ref, ours = build_pair("masked-lm", "sdpa", sparse_prediction=True)
+    ours.config.chunked_lm_loss = True
+    ref.train(), ours.train()
+    inputs = make_inputs("masked-lm")
+    a, b = ref(**inputs), ours(**inputs)
+    assert b.logits is None
+    assert_close(b.loss, a.loss, atol=ATOL, rtol=RTOL)
+    a.loss.backward(), b.loss.backward()
+    ref_grads = convert_state_dict(grads_of(ref), "modernbert", "masked-lm", to_hf=False)
+    our_grads = grads_of(ours)
+    assert len(our_grads) >= len(list(ours.parameters())) - 1
+    for name, grad in our_grads.items():
+        assert_close(grad, ref_grads[name], atol=ATOL, rtol=RTOL, msg=lambda m: f"grad {name}: {m}")
+    ours.eval()
+    assert ours(**inputs).logits.shape == (*inputs["input_ids"].shape, VOCAB)  # eval: full logits as usual

@@ -40,7 +40,7 @@ def _modernbert_case(name, *, hidden=SIZES["hidden"], layers=SIZES["layers"], he
                      min_len=SIZES["min_len"], window=128, mask_prob=0.3, dtype="fp32", device="cpu",
                      seed=0) -> BenchCase:
     """Reference `ModernBertForMaskedLM` (sdpa, sparse_prediction=True) with random weights; ours converted
-    from it, also with sparse prediction. Both in training mode, forward + backward + AdamW."""
+    from it, with sparse prediction and `chunked_lm_loss`. Both in training mode, forward + backward + AdamW."""
     import transformers
 
     config = transformers.ModernBertConfig(
@@ -55,6 +55,7 @@ def _modernbert_case(name, *, hidden=SIZES["hidden"], layers=SIZES["layers"], he
         ref = transformers.ModernBertForMaskedLM._from_config(config, attn_implementation="sdpa")
         ours = hf_xfmr.from_transformers(ref, task="masked-lm")
         assert ours.config.sparse_prediction
+        ours.config.chunked_lm_loss = True  # the labelled positions' loss without their (N, V) logits
         return ours, ref
 
     lengths = "no padding" if min_len is None else f"lengths uniform in [{min_len}, {seq}] padded"
@@ -64,7 +65,7 @@ def _modernbert_case(name, *, hidden=SIZES["hidden"], layers=SIZES["layers"], he
         mode="train", autocast_dtype=dtype_from_name(dtype), device=device,
         description=(f"ModernBertForMaskedLM (sdpa, sparse prediction) hidden {hidden}, {layers} layers, {heads} "
                      f"heads, FFN {ffn}, vocab {vocab}, window {window}; batch {batch} x {seq}, {lengths}; "
-                     f"{mask_prob:.0%} masked"),
+                     f"{mask_prob:.0%} masked; ours chunked_lm_loss"),
     )
 
 

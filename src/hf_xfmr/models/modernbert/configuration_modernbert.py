@@ -55,6 +55,9 @@ class XfmrModernBertConfig(PretrainedConfig):
         classifier_activation: activation of that prediction head.
         sparse_prediction: in training mode with labels, the MLM head projects only the labelled positions
             onto the vocabulary (`logits` is then (N_labelled, V)); the loss is the same number.
+        chunked_lm_loss: in training mode with labels, compute the MLM loss of the labelled positions chunk
+            by chunk from the hidden states (`layers.cross_entropy.linear_cross_entropy`) without forming
+            their (N_labelled, V) logits (`logits` is then None). Same loss and gradients, much less memory.
         tie_word_embeddings: share the input embedding matrix with the MLM decoder.
     """
 
@@ -92,6 +95,7 @@ class XfmrModernBertConfig(PretrainedConfig):
     classifier_bias: bool = False
     classifier_activation: str = "gelu"
     sparse_prediction: bool = False
+    chunked_lm_loss: bool = False
     tie_word_embeddings: bool = True
 
     def __post_init__(self, **kwargs):

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutput, QuestionAnsweringModelOutput
+from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, QuestionAnsweringModelOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from ...layers.attention import (
@@ -36,6 +36,7 @@ from ...layers.attention import (
     flash_varlen_attention,
     varlen_attention,
 )
+from ...layers.cross_entropy import linear_cross_entropy
 from ...layers.dropout import Dropout
 from ...layers.init import truncated_normal_init_
 from ...layers.masks import (
@@ -58,8 +59,8 @@ from ..heads import (
     pool_first,
     pool_mean,
 )
-from ..input_checks import check_encoder_inputs
-from ..losses import span_loss
+from ..input_checks import check_encoder_inputs, check_labels_shape
+from ..losses import IGNORE_INDEX, mean_over_items, span_loss
 from .configuration_modernbert import XfmrModernBertConfig
 
 
@@ -343,8 +344,12 @@ class XfmrModernBertLMHead(XfmrModernBertPredictionHead):
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=config.decoder_bias)
         self.decoder.init_std = config.initializer_range / (2.0 * config.num_hidden_layers) ** 0.5
 
+    def transform(self, hidden_states):
+        """The prediction head alone, before the vocabulary projection."""
+        return super().forward(hidden_states)
+
     def forward(self, hidden_states):
-        return self.decoder(super().forward(hidden_states))  # (..., V)
+        return self.decoder(self.transform(hidden_states))  # (..., V)
 
 
 class XfmrModernBertClassifier(XfmrModernBertPredictionHead):
@@ -381,6 +386,30 @@ class XfmrModernBertForMaskedLM(MaskedLMHead, XfmrModernBertPreTrainedModel):
     base_model_class = XfmrModernBertModel
     lm_head_class = XfmrModernBertLMHead
     _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
+                return_dict=None, num_items_in_batch=None, **kwargs):
+        """`labels` (B, T): target ids at masked positions, -100 elsewhere. With `config.chunked_lm_loss`
+        in training, the loss comes from `linear_cross_entropy` over the labelled positions and `logits`
+        is None."""
+        inputs = dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                      position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+                      output_hidden_states=output_hidden_states, **kwargs)
+        if not (self.config.chunked_lm_loss and self.training and labels is not None):
+            return super().forward(labels=labels, return_dict=return_dict, num_items_in_batch=num_items_in_batch,
+                                   **inputs)
+        check_labels_shape("labels", labels, _input_shape(input_ids, inputs_embeds))
+        out = self.encode(**inputs)
+        labels = labels.reshape(-1)
+        keep = (labels != IGNORE_INDEX).nonzero().squeeze(1)  # (N,) labelled positions
+        hidden = out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1]).index_select(0, keep)  # (N, C)
+        decoder = self.lm_head.decoder
+        labels = labels.index_select(0, keep)
+        total = linear_cross_entropy(self.lm_head.transform(hidden), decoder.weight, decoder.bias, labels)
+        loss = mean_over_items(total, labels, num_items_in_batch)
+        return self.finish(MaskedLMOutput(loss=loss, logits=None, hidden_states=out.hidden_states,
+                                          attentions=out.attentions), return_dict)
 
 
 class XfmrModernBertForSequenceClassification(_ModernBertTaskHead, SequenceClassificationHead,
