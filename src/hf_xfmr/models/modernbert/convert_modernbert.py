@@ -7,9 +7,10 @@ Besides renaming keys, configs translate between our three scalars (`global_attn
 
 from dataclasses import dataclass
 
+import torch
 from transformers import ModernBertConfig
 
-from ..conversion import TASK_CONFIG_FIELDS, Conversion
+from ..conversion import TASK_CONFIG_FIELDS, Conversion, TensorRule
 from .configuration_modernbert import XfmrModernBertConfig
 from .modeling_modernbert import (
     XfmrModernBertForMaskedLM,
@@ -25,12 +26,22 @@ ENCODER_RULES = (
     ("embeddings.word_embeddings.", "embeddings.tok_embeddings."),
     ("embeddings.norm.", "embeddings.norm."),
     ("layers.{i}.attn_norm.", "layers.{i}.attn_norm."),
-    ("layers.{i}.attn.qkv.", "layers.{i}.attn.Wqkv."),
     ("layers.{i}.attn.o_proj.", "layers.{i}.attn.Wo."),
     ("layers.{i}.mlp_norm.", "layers.{i}.mlp_norm."),
     ("layers.{i}.mlp.up_proj.", "layers.{i}.mlp.Wi."),
     ("layers.{i}.mlp.down_proj.", "layers.{i}.mlp.Wo."),
     ("final_norm.", "final_norm."),
+)
+
+# transformers fuses the query, key and value projections into one `Wqkv` (rows: q, then k, then v).
+TENSOR_RULES = tuple(
+    TensorRule(
+        ours=tuple(f"layers.{{i}}.attn.{name}_proj.{kind}" for name in "qkv"),
+        theirs=f"layers.{{i}}.attn.Wqkv.{kind}",
+        to_hf=lambda q, k, v: torch.cat([q, k, v], dim=0),
+        from_hf=lambda qkv: tuple(t.clone() for t in qkv.chunk(3, dim=0)),
+    )
+    for kind in ("weight", "bias")
 )
 
 # Task heads: transformers keeps the prediction head as `head` and the last layer as `classifier`
@@ -120,4 +131,5 @@ CONVERSION = ModernBertConversion(
     body_rules=ENCODER_RULES,
     head_rules=HEAD_RULES,
     task_head_rules=TASK_HEAD_RULES,
+    tensor_rules=TENSOR_RULES,
 )

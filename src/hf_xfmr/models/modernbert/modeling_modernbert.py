@@ -17,7 +17,8 @@ Deliberate deviations from the reference:
   only ever consider real tokens (the reference's softmax also covers the pad positions).
 - with `output_attentions=True` (or `model.use_unpadding = False`) the padded path runs instead: dense
   (B, 1, T, T) masks through the eager/sdpa kernel, as in the reference.
-- projections use hf_xfmr's shared names: one fused `qkv`, `o_proj`, `up_proj`, `down_proj`.
+- projections use hf_xfmr's shared names: `q_proj`, `k_proj`, `v_proj` (the converter splits transformers'
+  fused `Wqkv`), `o_proj`, `up_proj`, `down_proj`.
 
 Shapes: B batch, T sequence length, N real (unpadded) tokens, C hidden size, H heads, D head size (C / H),
 V vocabulary size, K number of choices.
@@ -94,7 +95,9 @@ class XfmrModernBertAttention(nn.Module):
         self.dropout_p = config.attention_dropout
         self.is_global = config.is_global_layer(layer_idx)
         self.window = None if self.is_global else config.local_attention  # total width; None = global
-        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.attention_bias)
+        self.q_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
+        self.k_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
+        self.v_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
         self.o_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
         self.o_proj.init_std = config.initializer_range / (2.0 * config.num_hidden_layers) ** 0.5
         self.out_dropout = Dropout(config.attention_dropout)
@@ -109,11 +112,9 @@ class XfmrModernBertAttention(nn.Module):
     def forward(self, hidden_states, cos, sin, varlen=None, attention_mask=None, output_attentions=False):
         """Unpadded: hidden_states (N, C) with `varlen` (a VarlenBatch). Padded: (B, T, C) with a bool mask."""
         shape = hidden_states.shape[:-1]  # (N,) or (B, T)
-        # split (not indexing): its backward is one concatenation instead of a zero-filled copy per part
-        qk, v = self.qkv(hidden_states).split([2 * self.o_proj.in_features, self.o_proj.in_features], dim=-1)
-        qk = qk.view(*shape, 2, self.num_heads, self.head_dim)  # (..., 2, H, D)
-        q, k = apply_rope(qk, cos, sin).unbind(dim=-3)  # (..., H, D) each: rotated together
-        v = v.view(*shape, self.num_heads, self.head_dim)  # (..., H, D)
+        heads = (*shape, self.num_heads, self.head_dim)
+        q, k, v = (proj(hidden_states).view(heads) for proj in (self.q_proj, self.k_proj, self.v_proj))  # (..., H, D)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         dropout = self.dropout_p if self.training else 0.0
         weights = None
         if varlen is not None:
@@ -195,12 +196,12 @@ class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
         self.embeddings.word_embeddings = value
 
     def rope(self, position_ids, dtype):
-        """(cos, sin) per layer kind ("global", "local"), each (..., 1, 1, D) for positions (...)."""
+        """(cos, sin) per layer kind ("global", "local"), each (..., 1, D) for positions (...)."""
         head_dim = self.config.hidden_size // self.config.num_attention_heads
         tables = {}
         for kind, theta in (("global", self.config.global_rope_theta), ("local", self.config.local_rope_theta)):
             cos, sin = rope_cos_sin(position_ids, rope_inv_freq(head_dim, theta, position_ids.device), dtype)
-            tables[kind] = (cos[..., None, None, :], sin[..., None, None, :])  # (..., 1, 1, D): over q/k and heads
+            tables[kind] = (cos[..., None, :], sin[..., None, :])  # (..., 1, D): broadcast over heads
         return tables
 
     def forward(
@@ -273,7 +274,7 @@ class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
             hidden = self.embeddings(input_ids=unpad(input_ids))  # (N, C): real tokens only
         else:
             hidden = self.embeddings(inputs_embeds=unpad(inputs_embeds))
-        rope = self.rope(positions, hidden.dtype)  # (N, 1, 1, D) tables
+        rope = self.rope(positions, hidden.dtype)  # (N, 1, D) tables
         all_hidden = [hidden] if output_hidden_states else None
         for layer in self.layers:
             cos, sin = rope["global" if layer.attn.is_global else "local"]
@@ -300,7 +301,7 @@ class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
             global_mask = None if attention_mask is None else padding_mask(attention_mask)  # (B, 1, 1, T)
         window = sliding_window_mask(seq_len, self.config.local_attention, device=device)  # (T, T)
         local_mask = combine_masks(global_mask, window)
-        rope = self.rope(position_ids, hidden.dtype)  # (B, T, 1, 1, D) tables
+        rope = self.rope(position_ids, hidden.dtype)  # (B, T, 1, D) tables
         all_hidden = [hidden] if output_hidden_states else None
         all_attentions = () if output_attentions else None
         for layer in self.layers:
