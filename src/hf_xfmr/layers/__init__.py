@@ -10,7 +10,9 @@ from .attention import (
     eager_attention_forward,
     flash_attention_forward,
     flash_varlen_attention,
+    local_attention,
     sdpa_attention_forward,
+    varlen_attention,
     varlen_attention_reference,
 )
 from .cross_entropy import linear_cross_entropy
@@ -28,4 +30,5 @@ from .masks import (
 )
 from .mlp import ACTIVATIONS, GLU, MLP, get_activation
 from .norms import RMSNorm, layer_norm
-from .padding import pad_input, unpad_input, unpad_input_ids
+from .padding import VarlenBatch, pad_input, unpad_input, unpad_input_ids, varlen_batch
+from .rope import apply_rope, rope_cos_sin, rope_inv_freq, rotate_half

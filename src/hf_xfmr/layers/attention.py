@@ -9,9 +9,13 @@ Masks are either bool (True = attend) or an additive float bias, broadcastable t
 Rows with no visible key return zeros rather than NaN, with finite gradients, in every kernel.
 
 The varlen kernels work on unpadded tokens (N, H, D) described by `cu_seqlens` (see padding.py):
-`flash_varlen_attention` uses flash-attn on GPU, `varlen_attention_reference` is the pure-torch
-fallback with the same result, so unpadded models also run on CPU.
+`flash_varlen_attention` uses flash-attn on GPU; `varlen_attention` runs any padded kernel (eager,
+sdpa) document by document, so unpadded models also run on CPU without a mask over all N tokens;
+`varlen_attention_reference` is the one-call block-diagonal version used to check both.
+`local_attention` computes a sliding window block by block: O(T * window), not O(T^2).
 """
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -209,3 +213,87 @@ def varlen_attention_reference(
     dropout = dropout if training else 0.0
     out, _ = sdpa_attention_forward(None, q, k, v, mask, scaling=scaling, dropout=dropout)
     return out[0]  # (N, H, D)
+
+
+def _band_attention(module, kernel, query, key, value, mask, scaling, dropout):
+    """`kernel` under a mask that leaves no row empty (a band always holds its diagonal). For sdpa that
+    is torch's fused kernel directly: the wrapper's empty-row bookkeeping would cost a pass over the output."""
+    if kernel is sdpa_attention_forward and (dropout == 0.0 or query.device.type != "cpu"):
+        dropout = dropout if _is_training(module) else 0.0
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling)
+        return out.transpose(1, 2)  # (B, Tq, H, D)
+    return kernel(module, query, key, value, mask, scaling=scaling, dropout=dropout)[0]
+
+
+def local_attention(module, kernel, query, key, value, window, scaling=None, dropout=0.0, band=None):
+    """Sliding-window attention (|i - j| <= window // 2) in O(T * window): (B, H, T, D) -> (B, T, H, D).
+
+    Long sequences are cut into blocks of `reach = window // 2` queries; the keys a block can see lie in
+    that block and its two neighbours, so each block attends over 3 * reach keys under a band mask
+    instead of over all T keys. `kernel` is a padded kernel (eager_attention_forward,
+    sdpa_attention_forward); the result equals `kernel` with `sliding_window_mask(T, window)`.
+
+        keys:     | n-1 | n | n+1 |      (3 * reach keys, zero-padded at both ends of the sequence)
+        queries:        | n |            (reach queries)
+
+    Up to 4 windows long, one dense band-masked call is cheaper than the blocks' copies (measured on CPU).
+    `band` optionally passes a ready `sliding_window_mask` of at least T x T (its top-left corner is used).
+    """
+    batch, heads, seq_len, dim = query.shape
+    reach = window // 2
+    if seq_len <= reach + 1:  # every key lies within reach of every query: plain attention
+        out, _ = kernel(module, query, key, value, None, scaling=scaling, dropout=dropout)
+        return out
+    if seq_len <= 4 * window:
+        if band is None or band.shape[-1] < seq_len:
+            band = sliding_window_mask(seq_len, window, device=query.device)
+        mask = band[:seq_len, :seq_len][None, None]  # (1, 1, T, T)
+        return _band_attention(module, kernel, query, key, value, mask, scaling, dropout)
+    blocks = math.ceil(seq_len / reach)
+    tail = blocks * reach - seq_len
+    q = F.pad(query, (0, 0, 0, tail)).view(batch, heads, blocks, reach, dim)  # (B, H, nb, r, D)
+    k, v = (F.pad(t, (0, 0, reach, tail + reach)).unfold(2, 3 * reach, reach).transpose(-1, -2)
+            for t in (key, value))  # (B, H, nb, 3r, D): block n sees keys of blocks n-1, n, n+1
+    q, k, v = (t.transpose(1, 2).reshape(batch * blocks, heads, -1, dim) for t in (q, k, v))  # (B*nb, H, ., D)
+    block = torch.arange(blocks, device=query.device)[:, None, None]  # (nb, 1, 1)
+    q_pos = block * reach + torch.arange(reach, device=query.device)[None, :, None]  # (nb, r, 1)
+    k_pos = (block - 1) * reach + torch.arange(3 * reach, device=query.device)[None, None, :]  # (nb, 1, 3r)
+    mask = ((q_pos - k_pos).abs() <= reach) & (k_pos >= 0) & (k_pos < seq_len)  # (nb, r, 3r)
+    mask = mask | (q_pos >= seq_len)  # queries past the end (discarded) see everything: no empty rows
+    mask = mask[:, None].repeat(batch, 1, 1, 1)  # (B*nb, 1, r, 3r)
+    out = _band_attention(module, kernel, q, k, v, mask, scaling, dropout)  # (B*nb, r, H, D)
+    return out.reshape(batch, blocks * reach, heads, dim)[:, :seq_len]  # (B, T, H, D)
+
+
+def varlen_attention(module, kernel, query, key, value, bounds, scaling=None, window=None, dropout=0.0):
+    """Attention within each packed document of unpadded tokens (N, H, D) -> (N, H, D), on CPU kernels.
+
+    `bounds` is `cu_seqlens` as a Python list [0, l1, l1 + l2, ..., N] (read to the host once per forward
+    by the caller). Documents of equal length go through `kernel` as one batch (e.g. a batch without
+    padding); otherwise one call per document, each without any mask: attention costs sum(l_i^2)
+    instead of B * T^2 for a padded batch or N^2 for a block-diagonal mask. `window` (a total width, as
+    in `sliding_window_mask`) makes every call a `local_attention`.
+    """
+    lengths = [end - start for start, end in zip(bounds[:-1], bounds[1:])]
+    # One band mask for the longest document; shorter ones use its top-left corner (it is shift-invariant).
+    band = None if window is None else sliding_window_mask(min(max(lengths), 4 * window), window, device=query.device)
+
+    def attend(q, k, v):  # (b, H, L, D) -> (b, L, H, D)
+        if window is None:
+            return kernel(module, q, k, v, None, scaling=scaling, dropout=dropout)[0]
+        return local_attention(module, kernel, q, k, v, window, scaling=scaling, dropout=dropout, band=band)
+
+    heads, dim = query.shape[1:]
+    if len(set(lengths)) == 1:  # equal lengths: one batched call
+        docs, length = len(lengths), lengths[0]
+        q, k, v = (t[bounds[0]:bounds[-1]].view(docs, length, heads, dim).transpose(1, 2)
+                   for t in (query, key, value))  # (docs, H, L, D)
+        return attend(q, k, v).reshape(-1, heads, dim)  # (N, H, D)
+    # split, not slicing: the backward of one split is one concatenation, while each slice's backward
+    # would fill and add a whole (N, H, D) gradient (O(documents * N)).
+    outs = []
+    for q, k, v in zip(*(t.split(lengths) for t in (query, key, value))):
+        if q.shape[0]:
+            # (1, H, L, D) in, (1, L, H, D) out; squeeze, not [0]: a select's backward zero-fills a copy
+            outs.append(attend(*(t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))).squeeze(0))  # (L, H, D)
+    return torch.cat(outs)  # (N, H, D)

@@ -9,9 +9,13 @@ Deliberate deviations from the reference (outputs are unchanged):
   labelled positions onto the vocabulary (`logits` is then (N, V)); the loss is the same number.
 - projections use the names shared by every hf_xfmr model (`q_proj`, `k_proj`, `v_proj`, `o_proj`,
   `up_proj`, `down_proj`), so one LoRA target list fits all architectures.
+- unpadding: where nothing reads the outputs at padding positions (the MLM head with sparse prediction in
+  training, or `model.use_unpadding = True`), padding is removed once after the embeddings' inputs are
+  gathered, every layer runs on the N real tokens and attention runs per sequence (`varlen_attention`);
+  outputs at padding positions are then zeros. Real positions are unchanged.
 
 Shapes: B batch, T sequence length, C hidden size, H heads, D head size (C / H), V vocabulary size,
-K number of choices, N number of labelled (masked) positions.
+K number of choices, N number of real (unpadded) tokens or of labelled (masked) positions.
 """
 
 from dataclasses import dataclass
@@ -23,11 +27,12 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ModelOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from ...layers.attention import ATTENTION_KERNELS, eager_attention_forward
+from ...layers.attention import ATTENTION_KERNELS, eager_attention_forward, varlen_attention
 from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
 from ...layers.masks import padding_mask
 from ...layers.mlp import MLP, get_activation
+from ...layers.padding import pad_input, varlen_batch
 from ..heads import (
     MaskedLMHead,
     MultipleChoiceHead,
@@ -89,18 +94,24 @@ class XfmrBertAttention(nn.Module):
         self.v_proj = nn.Linear(config.hidden_size, config.hidden_size)
         self.o_proj = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
-        batch, seq_len, _ = hidden_states.shape
-        shape = (batch, seq_len, self.num_heads, self.head_dim)
-        q = self.q_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
-        k = self.k_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
-        v = self.v_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
-
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, varlen=None):
+        """Padded (B, T, C) with a mask, or unpadded (N, C) with `varlen` (a VarlenBatch)."""
         implementation = "eager" if output_attentions else self.config._attn_implementation
         # Our eager/sdpa kernels (layers/attention.py) first; any other registered kernel (flex, custom) as is.
         attention = ATTENTION_KERNELS.get(implementation) or ALL_ATTENTION_FUNCTIONS.get_interface(
             implementation, eager_attention_forward
         )
+        if varlen is not None:
+            shape = (hidden_states.shape[0], self.num_heads, self.head_dim)
+            q, k, v = (proj(hidden_states).view(shape) for proj in (self.q_proj, self.k_proj, self.v_proj))  # (N, H, D)
+            out = varlen_attention(self, attention, q, k, v, varlen.bounds, scaling=self.scaling,
+                                   dropout=self.dropout_p if self.training else 0.0)  # (N, H, D)
+            return self.o_proj(out.reshape(shape[0], -1)), None  # (N, C)
+        batch, seq_len, _ = hidden_states.shape
+        shape = (batch, seq_len, self.num_heads, self.head_dim)
+        q = self.q_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
+        k = self.k_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
+        v = self.v_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
         out, weights = attention(
             self, q, k, v, attention_mask,
             scaling=self.scaling, dropout=self.dropout_p if self.training else 0.0,
@@ -121,8 +132,8 @@ class XfmrBertLayer(GradientCheckpointingLayer):
                        dropout=config.hidden_dropout_prob)
         self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
-        attn_out, weights = self.attn(hidden_states, attention_mask, output_attentions)
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, varlen=None):
+        attn_out, weights = self.attn(hidden_states, attention_mask, output_attentions, varlen)
         hidden_states = self.attn_norm(hidden_states + self.attn_dropout(attn_out))
         hidden_states = self.mlp_norm(hidden_states + self.mlp(hidden_states))
         return hidden_states, weights
@@ -154,9 +165,14 @@ class XfmrBertPreTrainedModel(PreTrainedModel):
 
 
 class XfmrBertModel(XfmrBertPreTrainedModel):
-    """The encoder: embeddings, `num_hidden_layers` post-LN layers and an optional [CLS] pooler."""
+    """The encoder: embeddings, `num_hidden_layers` post-LN layers and an optional [CLS] pooler.
+
+    With `use_unpadding` (an instance attribute; the MLM head turns it on for sparse-prediction training)
+    padded batches run on their real tokens only and the outputs at padding positions are zeros.
+    """
 
     embeddings_class = XfmrBertEmbeddings
+    use_unpadding = False  # off by default: the reference's outputs at padding positions are kept
 
     def __init__(self, config, add_pooling_layer: bool = True):
         super().__init__(config)
@@ -193,6 +209,10 @@ class XfmrBertModel(XfmrBertPreTrainedModel):
         )
         return_dict = self.config.return_dict if return_dict is None else return_dict
 
+        if (self.use_unpadding and attention_mask is not None and not output_attentions
+                and (torch.compiler.is_compiling() or not bool(attention_mask.all()))):
+            return self._forward_unpadded(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                                          output_hidden_states, return_dict)
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, C)
         # A mask of all ones is dropped so SDPA can take its fastest unmasked kernel. That test reads
         # the data, so a compiled graph keeps the mask instead (same result, no graph break).
@@ -216,6 +236,38 @@ class XfmrBertModel(XfmrBertPreTrainedModel):
         )
         return output if return_dict else output.to_tuple()
 
+    def _forward_unpadded(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                          output_hidden_states, return_dict):
+        """Remove padding once, run every layer on the (N, C) real tokens, restore (B, T, C) at the end."""
+        source = input_ids if input_ids is not None else inputs_embeds
+        batch, seq_len = source.shape[:2]
+        varlen = varlen_batch(attention_mask, batch, seq_len)
+        if position_ids is None:
+            position_ids = self.embeddings.default_position_ids(input_ids, seq_len, source.device)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros(1, 1, dtype=torch.long, device=source.device)
+
+        def unpad(x):  # (B or 1, T, ...) -> (1, N, ...): the embeddings take a batch dimension
+            x = x.expand(batch, seq_len, *x.shape[2:])
+            return x.reshape(batch * seq_len, *x.shape[2:]).index_select(0, varlen.indices)[None]
+
+        hidden_states = self.embeddings(
+            None if input_ids is None else unpad(input_ids), unpad(token_type_ids), unpad(position_ids),
+            None if inputs_embeds is None else unpad(inputs_embeds),
+        )[0]  # (N, C): real tokens only
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        for layer in self.layers:
+            hidden_states, _ = layer(hidden_states, None, False, varlen)
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+        hidden_states = pad_input(hidden_states, varlen.indices, batch, seq_len)  # (B, T, C), zeros at padding
+        if output_hidden_states:
+            all_hidden_states = tuple(pad_input(h, varlen.indices, batch, seq_len) for h in all_hidden_states)
+        pooled = self.pooler(hidden_states) if self.pooler is not None else None
+        output = BaseModelOutputWithPooling(last_hidden_state=hidden_states, pooler_output=pooled,
+                                            hidden_states=all_hidden_states)
+        return output if return_dict else output.to_tuple()
+
 
 class XfmrBertLMHead(nn.Module):
     """MLM head: dense -> activation -> LayerNorm -> decoder onto the vocabulary (tied to the input embeddings)."""
@@ -237,6 +289,15 @@ class XfmrBertForMaskedLM(MaskedLMHead, XfmrBertPreTrainedModel):
     base_model_kwargs = {"add_pooling_layer": False}
     lm_head_class = XfmrBertLMHead
     _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
+
+    def encode(self, **inputs):
+        """Sparse-prediction training reads labelled (real) positions only: the encoder skips the padding."""
+        unpad = bool(self.config.sparse_prediction) and self.training
+        previous, self.model.use_unpadding = self.model.use_unpadding, unpad or self.model.use_unpadding
+        try:
+            return super().encode(**inputs)
+        finally:
+            self.model.use_unpadding = previous
 
 
 @dataclass
