@@ -209,8 +209,10 @@ class XfmrBertModel(XfmrBertPreTrainedModel):
         )
         return_dict = self.config.return_dict if return_dict is None else return_dict
 
+        # Unpadding sizes tensors by the number of real tokens, which a compiled graph cannot know: under
+        # torch.compile the padded path runs (same outputs at real positions, no graph break).
         if (self.use_unpadding and attention_mask is not None and not output_attentions
-                and (torch.compiler.is_compiling() or not bool(attention_mask.all()))):
+                and not torch.compiler.is_compiling() and not bool(attention_mask.all())):
             return self._forward_unpadded(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                                           output_hidden_states, return_dict)
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, C)
