@@ -110,3 +110,29 @@ def test_t5_span_corruption_trains_and_saves_a_loadable_model(tmp_path):
     model.eval()
     generated = loaded.generate(ids, max_new_tokens=5, min_new_tokens=5, do_sample=False)
     assert torch.equal(generated, model.generate(ids, max_new_tokens=5, min_new_tokens=5, do_sample=False))
+
+
+def test_bart_text_infilling_trains_and_saves_a_loadable_model(tmp_path):
+    """`--arch bart` (default objective text-infilling) with a BART (byte-level BPE) tokenizer trained on the fly."""
+    result = pretrain(PretrainArguments(
+        arch="bart", max_steps=3, max_documents=40, vocab_size=400, preset="tiny", per_device_train_batch_size=4,
+        max_seq_length=32, logging_steps=1, save_steps=0, eval_fraction=0.1, max_eval_examples=8,
+        progress_bar=False, report_to_tensorboard=False, output_dir=str(tmp_path / "out")))
+    records = read_log(result.log_path)
+    train = [r for r in records if "loss" in r]
+    assert [r["step"] for r in train] == [1, 2, 3] and all(r["loss"] > 0 for r in train)
+    evals = [r for r in records if "eval_loss" in r]
+    assert len(evals) == 1 and 0 <= evals[0]["eval_accuracy"] <= 1
+    model = result.model
+    assert type(model).__name__ == "XfmrBartForConditionalGeneration"
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(result.model_dir)
+    assert model.config.vocab_size == len(tokenizer) == 400
+    assert (model.config.pad_token_id, model.config.eos_token_id) == (tokenizer.pad_token_id, tokenizer.eos_token_id)
+    assert model.config.decoder_start_token_id == tokenizer.eos_token_id
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(result.model_dir).eval()
+    ids = tokenizer(["the cat <mask> on the mat"], return_tensors="pt").input_ids
+    assert tokenizer.mask_token_id in ids[0].tolist()
+    model.eval()
+    generated = loaded.generate(ids, max_new_tokens=5, min_new_tokens=5, do_sample=False)
+    assert torch.equal(generated, model.generate(ids, max_new_tokens=5, min_new_tokens=5, do_sample=False))

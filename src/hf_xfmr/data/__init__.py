@@ -5,6 +5,7 @@ Collators (all vectorized torch, seeded with `seed=` or `generator=`, usable as 
     DataCollatorForPLM   XLNet permutation LM (official recipe: spans, perm_mask, target_mapping)
     DataCollatorForCLM   GPT causal LM, optional document isolation in packed rows
     DataCollatorForSpanCorruption   T5 span corruption (sentinels, EOS, no padding)
+    DataCollatorForTextInfilling    BART text infilling (Poisson spans -> one <mask> each, sentence permutation)
 Examples / rows:
     create_sop_examples, create_nsp_examples, tokenize_documents   ALBERT SOP / BERT NSP pairs
     pack_stream, PackedCLMDataset                                  CLM rows with carried remainder
@@ -13,6 +14,7 @@ Corpora and tokenizers:
     default_corpus, load_corpus, iter_texts, train_tokenizer
 """
 
+from .bart import DataCollatorForTextInfilling
 from .clm import DataCollatorForCLM, PackedCLMDataset, pack_stream
 from .corpus import default_corpus, iter_texts, load_corpus
 from .mlm import DataCollatorForMLM, tokenize_for_mlm
@@ -27,6 +29,7 @@ __all__ = [
     "DataCollatorForMLM",
     "DataCollatorForPLM",
     "DataCollatorForSpanCorruption",
+    "DataCollatorForTextInfilling",
     "PackedCLMDataset",
     "best_fit_bins",
     "compute_input_and_target_lengths",

@@ -11,7 +11,7 @@
 | bpe, style=modernbert   | byte-level BPE       | [UNK] [CLS] [SEP] [PAD] [MASK] <|endoftext|>     | [CLS] A [SEP] B [SEP]                |
 
 Architecture names are accepted as `kind` too: bert/distilbert -> wordpiece, xlnet/albert/t5 ->
-unigram, gpt/roberta/modernbert -> bpe. Token type ids follow each architecture (XLNet gives its
+unigram, gpt/roberta/bart/modernbert -> bpe (BART uses the RoBERTa style). Token type ids follow each architecture (XLNet gives its
 final <cls> segment id 2). The result is a `PreTrainedTokenizerFast`; `save_pretrained` it.
 
 Command line: `python -m hf_xfmr.data.tokenizers --kind xlnet --vocab-size 8000 --out tok/`.
@@ -27,7 +27,7 @@ _ALIASES = {
     "bert": ("wordpiece", "bert"), "distilbert": ("wordpiece", "bert"), "wordpiece": ("wordpiece", "bert"),
     "xlnet": ("unigram", "xlnet"), "albert": ("unigram", "albert"), "t5": ("unigram", "t5"),
     "unigram": ("unigram", None),
-    "gpt": ("bpe", "gpt"), "gpt2": ("bpe", "gpt"), "roberta": ("bpe", "roberta"),
+    "gpt": ("bpe", "gpt"), "gpt2": ("bpe", "gpt"), "roberta": ("bpe", "roberta"), "bart": ("bpe", "roberta"),
     "modernbert": ("bpe", "modernbert"), "bpe": ("bpe", None),
 }
 _DEFAULT_STYLE = {"wordpiece": "bert", "unigram": "xlnet", "bpe": "gpt"}

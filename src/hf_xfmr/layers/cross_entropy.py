@@ -56,10 +56,17 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 grad_logits.scatter_add_(1, safe_target, torch.full_like(picked, -1.0).unsqueeze(1))
                 grad_logits.mul_(valid.unsqueeze(1).to(grad_logits.dtype))
                 g = grad_logits.to(h.dtype) if h.dtype != torch.float32 else grad_logits
+                fp32 = g.dtype == torch.float32 and weight.dtype == torch.float32
                 if grad_hidden is not None:
-                    grad_hidden[start:start + step] = torch.matmul(g, weight.to(g.dtype)).float()  # (n, C)
+                    if fp32:  # written straight into its rows: no (n, C) temporary and copy
+                        torch.matmul(g, weight, out=grad_hidden[start:start + step])
+                    else:
+                        grad_hidden[start:start + step] = torch.matmul(g, weight.to(g.dtype)).float()  # (n, C)
                 if grad_weight is not None:
-                    grad_weight += torch.matmul(g.t(), h.to(g.dtype)).float()  # (V, C)
+                    if fp32:  # accumulated in place by the matmul: no (V, C) temporary and extra pass per chunk
+                        grad_weight.addmm_(g.t(), h)
+                    else:
+                        grad_weight += torch.matmul(g.t(), h.to(g.dtype)).float()  # (V, C)
                 if grad_bias is not None:
                     grad_bias += grad_logits.sum(dim=0)
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)

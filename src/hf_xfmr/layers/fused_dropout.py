@@ -46,21 +46,23 @@ class _AttentionWithDropout(torch.autograd.Function):
         del scores
         keep = _keep_mask(probs.shape, p, probs.device)  # (B, H, Tq, Tk) bool
         scale = 1.0 / (1.0 - p)
-        out = torch.matmul(torch.where(keep, probs, 0.0).mul_(scale), value)  # (B, H, Tq, D)
-        ctx.save_for_backward(query, key, value, probs, keep)
+        # The 1 / (1 - p) scale goes on the (B, H, Tq, D) output, not on the (B, H, Tq, Tk) probabilities.
+        out = torch.matmul(torch.where(keep, probs, 0.0), value).mul_(scale)  # (B, H, Tq, D)
+        ctx.save_for_backward(query, key, value, probs, keep, out)
         ctx.scaling, ctx.scale = scaling, scale
         ctx.mask_shape = None if mask is None or mask.dtype == torch.bool else mask.shape
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        query, key, value, probs, keep = ctx.saved_tensors
-        scale = ctx.scale
-        grad_value = torch.matmul(torch.where(keep, probs, 0.0).mul_(scale).transpose(-1, -2), grad_out)
-        grad = torch.matmul(grad_out, value.transpose(-1, -2))  # d dropped probs, (B, H, Tq, Tk)
-        grad.masked_fill_(~keep, 0.0).mul_(scale)  # d probs
-        # softmax backward in place: d scores = probs * (d probs - sum(d probs * probs))
-        row = (grad * probs).sum(dim=-1, keepdim=True)
+        query, key, value, probs, keep, out = ctx.saved_tensors
+        scaled_grad = grad_out * ctx.scale  # (B, H, Tq, D): the dropout scale, applied on the small side
+        grad_value = torch.matmul(torch.where(keep, probs, 0.0).transpose(-1, -2), scaled_grad)
+        grad = torch.matmul(scaled_grad, value.transpose(-1, -2))  # d (kept probs), (B, H, Tq, Tk)
+        grad = torch.where(keep, grad, 0.0)  # d probs
+        # softmax backward in place: d scores = probs * (d probs - sum_k(d probs * probs)); that row sum equals
+        # sum_d(grad_out * out) (out = kept probs @ v * scale), a (B, H, Tq, D) product instead of a (.., Tk) one.
+        row = (grad_out * out).sum(dim=-1, keepdim=True)  # (B, H, Tq, 1)
         grad.sub_(row).mul_(probs)
         grad_mask = None
         if ctx.mask_shape is not None and ctx.needs_input_grad[3]:

@@ -2,7 +2,7 @@
 registers itself (`registry.register_architecture`: the Auto classes; `conversion.register_conversion`:
 the transformers converters). Adding an architecture = its package + one line below."""
 
-from . import albert, bert, distilbert, gpt, modernbert, roberta, t5, xlnet  # noqa: F401  (each registers itself on import)
+from . import albert, bart, bert, distilbert, gpt, modernbert, roberta, t5, xlnet  # noqa: F401  (each registers itself on import)
 from .registry import Architecture, architectures, get_architecture, supported_tasks
 
 __all__ = ["Architecture", "architectures", "get_architecture", "supported_tasks"]

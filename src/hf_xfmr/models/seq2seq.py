@@ -7,6 +7,8 @@
 - `EncoderEntry`: what `get_encoder()` returns. transformers' `generate` calls it once with the
   prompt and then only the decoder, step by step, with the encoder output, a self-attention cache and
   the cross-attention keys/values computed on the first step (an `EncoderDecoderCache`).
+- `DecoderInputsFromInputs` and `EosClassifier`: what the classification and QA heads of T5 and BART
+  share (the decoder reads the input shifted right; dense -> tanh -> out_proj on the last <eos> state).
 - `Seq2SeqLMHead`: backbone (`self.model`, returning a `Seq2SeqModelOutput`), then `lm_head`; the loss
   is computed by `layers.cross_entropy.linear_cross_entropy` in training (no (B, T, V) logits), and
   `generate()` (greedy, sampling, beam search) with the argument checks of `models/generation.py`.
@@ -23,8 +25,9 @@ Shapes: B batch, S encoder tokens, T decoder tokens, C hidden size, V vocabulary
 
 import torch
 from torch import nn
-from transformers.modeling_outputs import Seq2SeqLMOutput
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
+from ..layers.dropout import Dropout
 from .generation import CheckedGenerationMixin, lm_logits_and_loss
 from .heads import TaskHead
 from .losses import IGNORE_INDEX
@@ -78,6 +81,38 @@ class EncoderEntry:
                          output_attentions=output_attentions, output_hidden_states=output_hidden_states)
 
     __call__ = forward
+
+
+class DecoderInputsFromInputs:
+    """Mixin (before a `models.heads` head) for encoder-decoder classification and QA heads: the decoder
+    runs on the input shifted right unless decoder inputs are given, and the head reads the decoder side."""
+
+    def encode(self, **inputs):
+        if inputs.get("decoder_input_ids") is None and inputs.get("decoder_inputs_embeds") is None:
+            if inputs.get("input_ids") is None:
+                raise ValueError(f"{type(self).__name__} needs `input_ids` (its decoder reads them shifted right) "
+                                 f"or explicit `decoder_input_ids`.")
+            inputs["decoder_input_ids"] = shift_tokens_right(inputs["input_ids"], self.config.pad_token_id,
+                                                             self.config.decoder_start_token_id)
+        inputs.setdefault("use_cache", False)
+        out = super().encode(**inputs)
+        # The shared heads read the decoder side: its output, hidden states and self-attentions.
+        return BaseModelOutput(last_hidden_state=out.last_hidden_state, hidden_states=out.decoder_hidden_states,
+                               attentions=out.decoder_attentions)
+
+
+class EosClassifier(nn.Module):
+    """dropout -> dense -> tanh -> dropout -> out_proj: the sentence classifier of T5 and BART, applied to
+    the decoder state at each row's last <eos>."""
+
+    def __init__(self, hidden_size: int, num_outputs: int, dropout: float):
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.dropout = Dropout(dropout)
+        self.out_proj = nn.Linear(hidden_size, num_outputs)
+
+    def forward(self, x):
+        return self.out_proj(self.dropout(torch.tanh(self.dense(self.dropout(x)))))  # (B, num_outputs)
 
 
 class Seq2SeqLMHead(TaskHead, CheckedGenerationMixin):

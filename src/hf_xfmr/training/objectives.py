@@ -472,3 +472,35 @@ register_objective(Objective(
     task="seq2seq-lm", build_examples=_span_corruption_examples, make_collator=_span_corruption_collator,
     required_tokens=("eos_token", "pad_token"), decoder_length=_span_corruption_target_length,
 ))
+
+
+# ----------------------------------------------------------------------------------------------
+# BART text infilling (encoder-decoder: task "seq2seq-lm")
+# ----------------------------------------------------------------------------------------------
+
+def _text_infilling_examples(tokenizer, texts, settings):
+    """Documents joined by </s> and cut into rows of `max_seq_length` - 2 text tokens (the collator adds
+    <s> and </s>); a short tail is kept only when it is the corpus's only row."""
+    length = settings.max_seq_length - 2
+    if length < 2:
+        raise ValueError(f"--max_seq_length {settings.max_seq_length} is too short for text infilling: <s> + at "
+                         f"least 2 text tokens + </s>; use at least 4.")
+    documents = [d for d in tokenizer(list(texts), add_special_tokens=False)["input_ids"] if d]
+    if not documents:
+        return []
+    rows = [row["input_ids"] for row in pack_stream(documents, length, tokenizer.eos_token_id)]
+    full = [row for row in rows if len(row) == length]
+    return [{"input_ids": row} for row in (full or [r for r in rows if len(r) >= 2])]
+
+
+def _text_infilling_collator(tokenizer, settings):
+    from ..data.bart import DataCollatorForTextInfilling
+
+    return SeededCollator(DataCollatorForTextInfilling(tokenizer))
+
+
+register_objective(Objective(
+    name="text-infilling", description="BART text infilling (30% of tokens in Poisson(3) spans -> one <mask> each)",
+    task="seq2seq-lm", build_examples=_text_infilling_examples, make_collator=_text_infilling_collator,
+    required_tokens=("mask_token", "eos_token", "pad_token"), decoder_length=lambda settings: settings.max_seq_length,
+))

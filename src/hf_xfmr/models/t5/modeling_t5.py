@@ -43,7 +43,7 @@ from ...layers.relative_bias import relative_position_bias
 from ..generation import cached_length, prepare_cache
 from ..heads import QuestionAnsweringHead, SequenceClassificationHead, TokenClassificationHead
 from ..input_checks import check_encoder_inputs
-from ..seq2seq import EncoderEntry, Seq2SeqLMHead, shift_tokens_right
+from ..seq2seq import DecoderInputsFromInputs, EncoderEntry, EosClassifier, Seq2SeqLMHead
 from .configuration_t5 import XfmrT5Config
 
 
@@ -411,44 +411,14 @@ class XfmrT5ForConditionalGeneration(Seq2SeqLMHead, XfmrT5PreTrainedModel):
         return None  # relative positions: no table to run out of
 
 
-class _DecoderInputsFromInputs:
-    """T5's classification and QA heads run the decoder on the input shifted right unless told otherwise."""
-
-    def encode(self, **inputs):
-        if inputs.get("decoder_input_ids") is None and inputs.get("decoder_inputs_embeds") is None:
-            if inputs.get("input_ids") is None:
-                raise ValueError(f"{type(self).__name__} needs `input_ids` (its decoder reads them shifted right) "
-                                 f"or explicit `decoder_input_ids`.")
-            inputs["decoder_input_ids"] = shift_tokens_right(inputs["input_ids"], self.config.pad_token_id,
-                                                             self.config.decoder_start_token_id)
-        inputs.setdefault("use_cache", False)
-        out = super().encode(**inputs)
-        # The shared heads read the decoder side: its output, hidden states and self-attentions.
-        return BaseModelOutput(last_hidden_state=out.last_hidden_state, hidden_states=out.decoder_hidden_states,
-                               attentions=out.decoder_attentions)
-
-
-class XfmrT5ClassificationHead(nn.Module):
-    """dropout -> dense -> tanh -> dropout -> out_proj, on the decoder state at the last <eos>."""
-
-    def __init__(self, config, num_outputs):
-        super().__init__()
-        self.dense = nn.Linear(config.d_model, config.d_model)
-        self.dropout = Dropout(config.classifier_dropout)
-        self.out_proj = nn.Linear(config.d_model, num_outputs)
-
-    def forward(self, x):
-        return self.out_proj(self.dropout(torch.tanh(self.dense(self.dropout(x)))))
-
-
-class XfmrT5ForSequenceClassification(_DecoderInputsFromInputs, SequenceClassificationHead, XfmrT5PreTrainedModel):
+class XfmrT5ForSequenceClassification(DecoderInputsFromInputs, SequenceClassificationHead, XfmrT5PreTrainedModel):
     """Encoder-decoder over the input; the decoder state at each row's last <eos> -> `classifier`."""
 
     base_model_class = XfmrT5Model
     pooling = "eos"
 
     def build_classifier(self, config, num_outputs):
-        return XfmrT5ClassificationHead(config, num_outputs)
+        return EosClassifier(config.d_model, num_outputs, config.classifier_dropout)
 
 
 class XfmrT5ForTokenClassification(TokenClassificationHead, XfmrT5PreTrainedModel):
@@ -462,7 +432,7 @@ class XfmrT5ForTokenClassification(TokenClassificationHead, XfmrT5PreTrainedMode
         super()._init_weights(module)
 
 
-class XfmrT5ForQuestionAnswering(_DecoderInputsFromInputs, QuestionAnsweringHead, XfmrT5PreTrainedModel):
+class XfmrT5ForQuestionAnswering(DecoderInputsFromInputs, QuestionAnsweringHead, XfmrT5PreTrainedModel):
     """Encoder-decoder over the input; `qa_outputs` scores each decoder position as answer start / end."""
 
     base_model_class = XfmrT5Model

@@ -1,0 +1,126 @@
+"""Configuration of BART (Lewis et al., 2020, "BART: Denoising Sequence-to-Sequence Pre-training for
+Natural Language Generation, Translation, and Comprehension", https://arxiv.org/abs/1910.13461).
+
+Field names follow transformers' `BartConfig` (`d_model`, `encoder_layers`, `encoder_ffn_dim`,
+`encoder_attention_heads`, `decoder_*`, `max_position_embeddings`, `scale_embedding`, ...) so
+checkpoints convert field by field; `hidden_size`, `num_attention_heads` and `num_hidden_layers` are
+aliases, as in transformers.
+"""
+
+import copy
+
+from transformers import PretrainedConfig
+
+from ..config_utils import (
+    check_choice,
+    check_divisible,
+    check_positive_float,
+    check_positive_int,
+    check_probability,
+    check_token_id,
+    preset_kwargs,
+)
+from .presets import BART_PRESETS
+
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
+
+
+class XfmrBartConfig(PretrainedConfig):
+    r"""Configuration of an hf_xfmr BART encoder-decoder.
+
+    Args:
+        vocab_size: number of token ids (BART: 50265).
+        max_position_embeddings: learned positions per stack (the longest input, and the longest target
+            or generation); the tables hold two more rows, BART's offset of 2.
+        d_model: width C of every layer; must be divisible by both head counts.
+        encoder_layers / decoder_layers: layers of each stack.
+        encoder_attention_heads / decoder_attention_heads: heads H of each stack (head size C / H).
+        encoder_ffn_dim / decoder_ffn_dim: width of each stack's feed-forward block.
+        activation_function: feed-forward activation ("gelu" = exact erf GELU, BART's).
+        dropout: dropout on the embeddings and on every sub-layer output before the residual sum.
+        attention_dropout: dropout on attention probabilities (BART: 0, so SDPA's fused kernel runs).
+        activation_dropout: dropout after the feed-forward activation.
+        encoder_layerdrop / decoder_layerdrop: probability of skipping a whole layer in training (LayerDrop).
+        init_std: standard deviation of the normal initialiser.
+        classifier_dropout: dropout inside the sequence-classification head.
+        scale_embedding: multiply token embeddings by sqrt(d_model) (mBART-style; BART: False).
+        use_cache: return a key/value cache from decoder forwards in eval mode.
+        pad_token_id / bos_token_id / eos_token_id: special ids (BART: 1, 0, 2).
+        decoder_start_token_id: first decoder input, before the shifted labels (BART: the </s> id, 2).
+        forced_eos_token_id: `generate()` forces this token when it reaches its length limit (BART: 2; None: off).
+        is_encoder_decoder: True, except for the decoder alone (`XfmrBartForCausalLM` sets False on its copy).
+        tie_word_embeddings: the output layer is the shared embedding matrix.
+        chunked_lm_loss: in training mode with labels, compute the LM loss chunk by chunk from the decoder
+            hidden states without forming the (B, T, V) logits (`logits` is then None).
+    """
+
+    model_type = "xfmr-bart"
+    presets = BART_PRESETS
+    keys_to_ignore_at_inference = ["past_key_values", "cache"]
+    attribute_map = {
+        "hidden_size": "d_model",
+        "num_attention_heads": "encoder_attention_heads",
+        "num_hidden_layers": "encoder_layers",
+    }
+
+    vocab_size: int = 50265
+    max_position_embeddings: int = 1024
+    d_model: int = 1024
+    encoder_layers: int = 12
+    encoder_ffn_dim: int = 4096
+    encoder_attention_heads: int = 16
+    decoder_layers: int = 12
+    decoder_ffn_dim: int = 4096
+    decoder_attention_heads: int = 16
+    encoder_layerdrop: float = 0.0
+    decoder_layerdrop: float = 0.0
+    activation_function: str = "gelu"
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    init_std: float = 0.02
+    classifier_dropout: float = 0.0
+    scale_embedding: bool = False
+    use_cache: bool = True
+    pad_token_id: int | None = 1
+    bos_token_id: int | None = 0
+    eos_token_id: int | None = 2
+    decoder_start_token_id: int | None = 2
+    forced_eos_token_id: int | None = 2
+    is_encoder_decoder: bool = True
+    is_decoder: bool = False
+    tie_word_embeddings: bool = True
+    chunked_lm_loss: bool = True
+
+    def __post_init__(self, **kwargs):
+        for name in ("vocab_size", "max_position_embeddings", "d_model", "encoder_layers", "encoder_ffn_dim",
+                     "encoder_attention_heads", "decoder_layers", "decoder_ffn_dim", "decoder_attention_heads"):
+            check_positive_int(name, getattr(self, name))
+        check_divisible("d_model", self.d_model, "encoder_attention_heads", self.encoder_attention_heads)
+        check_divisible("d_model", self.d_model, "decoder_attention_heads", self.decoder_attention_heads)
+        check_choice("activation_function", self.activation_function, ACTIVATIONS)
+        for name in ("dropout", "attention_dropout", "activation_dropout", "encoder_layerdrop", "decoder_layerdrop",
+                     "classifier_dropout"):
+            check_probability(name, getattr(self, name))
+        check_positive_float("init_std", self.init_std)
+        for name in ("eos_token_id", "forced_eos_token_id"):
+            if isinstance(getattr(self, name), (list, tuple)):
+                raise ValueError(f"`{name}`={getattr(self, name)!r}: pass a single id (BART: 2); the generation "
+                                 f"config may still list several.")
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "forced_eos_token_id"):
+            check_token_id(name, getattr(self, name), self.vocab_size)
+        super().__post_init__(**kwargs)
+
+    def get_text_config(self, decoder=None, encoder=None):
+        """transformers sizes a generation cache from `get_text_config(decoder=True).num_hidden_layers`:
+        the decoder's view reports `decoder_layers` there."""
+        if decoder and not encoder and self.decoder_layers != self.encoder_layers:
+            view = copy.copy(self)
+            view.__dict__["encoder_layers"] = self.decoder_layers
+            return view
+        return super().get_text_config(decoder=decoder, encoder=encoder)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides):
+        """A config of a named size (`tiny`, `base`, `large`)."""
+        return cls(**preset_kwargs(cls.presets, name, overrides))

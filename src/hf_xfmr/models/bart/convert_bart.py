@@ -1,0 +1,94 @@
+"""BART <-> transformers `Bart*`: the only place that knows transformers' BART key layout.
+
+transformers stores the shared embedding three times in the encoder-decoder models (`shared`,
+`encoder.embed_tokens`, `decoder.embed_tokens`, all tied) and once, as `decoder.embed_tokens`, in
+`BartForCausalLM` (whose backbone is `model.decoder`); ours keep one `shared` matrix in both. Per layer
+it names the attention `self_attn` / `encoder_attn` with an `out_proj`, the feed-forward `fc1` / `fc2`,
+and the norms after the sub-layer they follow (`self_attn_layer_norm`, `encoder_attn_layer_norm`,
+`final_layer_norm`); each stack's embedding LayerNorm is `layernorm_embedding`. The sequence classifier
+is `classification_head` (ours: `classifier`); `final_logits_bias` is a buffer on both sides.
+"""
+
+from transformers import BartConfig
+
+from ..conversion import Conversion
+from .configuration_bart import XfmrBartConfig
+from .modeling_bart import (
+    XfmrBartForCausalLM,
+    XfmrBartForConditionalGeneration,
+    XfmrBartForQuestionAnswering,
+    XfmrBartForSequenceClassification,
+    XfmrBartModel,
+)
+
+_LAYER = (
+    ("attn.q_proj.", "self_attn.q_proj."),
+    ("attn.k_proj.", "self_attn.k_proj."),
+    ("attn.v_proj.", "self_attn.v_proj."),
+    ("attn.o_proj.", "self_attn.out_proj."),
+    ("attn_norm.", "self_attn_layer_norm."),
+    ("cross_attn.q_proj.", "encoder_attn.q_proj."),
+    ("cross_attn.k_proj.", "encoder_attn.k_proj."),
+    ("cross_attn.v_proj.", "encoder_attn.v_proj."),
+    ("cross_attn.o_proj.", "encoder_attn.out_proj."),
+    ("cross_attn_norm.", "encoder_attn_layer_norm."),
+    ("mlp.up_proj.", "fc1."),
+    ("mlp.down_proj.", "fc2."),
+    ("mlp_norm.", "final_layer_norm."),
+)
+BODY_RULES = (
+    ("shared.", "shared."),
+    *((f"{stack}.{part}", f"{stack}.{part}") for stack in ("encoder", "decoder") for part in ("embed_positions.",)),
+    *((f"{stack}.embed_norm.", f"{stack}.layernorm_embedding.") for stack in ("encoder", "decoder")),
+    *((f"{stack}.layers.{{i}}.{ours}", f"{stack}.layers.{{i}}.{theirs}")
+      for stack in ("encoder", "decoder") for ours, theirs in _LAYER),
+)
+HEAD_RULES = (
+    ("lm_head.", "lm_head."),
+    ("final_logits_bias", "final_logits_bias"),
+    ("classifier.", "classification_head."),
+    ("qa_outputs.", "qa_outputs."),
+)
+# The tied copies of the shared embedding in transformers' encoder-decoder models (and the one real copy of
+# BartForCausalLM, `model.decoder.embed_tokens`, which is ours `model.shared`).
+ALIASES = {
+    f"{prefix}{stack}.embed_tokens.weight": f"{prefix}shared.weight"
+    for prefix in ("", "model.") for stack in ("encoder", "decoder")
+}
+
+
+def check_hf_config(config) -> None:
+    for name in ("eos_token_id", "forced_eos_token_id"):
+        if isinstance(getattr(config, name, None), (list, tuple)):
+            raise ValueError(f"{name}={getattr(config, name)!r}: hf_xfmr's BART takes a single id; set one "
+                             f"(the generation config may still list several).")
+
+
+class BartConversion(Conversion):
+    """The generic `Conversion` plus BartForCausalLM's layout (no encoder, no `model.shared`)."""
+
+    def state_dict_to_transformers(self, state_dict: dict, task: str) -> dict:
+        out = super().state_dict_to_transformers(state_dict, task)
+        if task == "causal-lm":  # its only embedding is the decoder's
+            out.pop("model.shared.weight")
+            out.pop("model.encoder.embed_tokens.weight")
+        return out
+
+
+CONVERSION = BartConversion(
+    hf_model_type="bart",
+    hf_config_class=BartConfig,
+    config_class=XfmrBartConfig,
+    tasks={
+        "base": ("BartModel", XfmrBartModel),
+        "seq2seq-lm": ("BartForConditionalGeneration", XfmrBartForConditionalGeneration),
+        "sequence-classification": ("BartForSequenceClassification", XfmrBartForSequenceClassification),
+        "question-answering": ("BartForQuestionAnswering", XfmrBartForQuestionAnswering),
+        "causal-lm": ("BartForCausalLM", XfmrBartForCausalLM),
+    },
+    hf_base_prefix="model",
+    body_rules=BODY_RULES,
+    head_rules=HEAD_RULES,
+    aliases=ALIASES,
+    check_hf_config=check_hf_config,
+)

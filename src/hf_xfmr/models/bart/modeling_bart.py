@@ -1,0 +1,482 @@
+"""BART: a post-norm Transformer encoder-decoder with learned positions, pretrained as a denoiser.
+
+Paper: Lewis et al., 2020, "BART: Denoising Sequence-to-Sequence Pre-training for Natural Language
+Generation, Translation, and Comprehension" (https://arxiv.org/abs/1910.13461), sec. 2.1: the original
+Transformer (post-norm residual blocks, scaled dot-product attention) with GELU, learned absolute
+positions (fairseq reserves the first two rows of each table: BART's offset of 2), a LayerNorm on the
+embeddings of each stack, one embedding matrix shared by encoder, decoder and output layer, and a
+(non-trained) `final_logits_bias` added to the logits. Parity reference: transformers' `BartModel`,
+`BartForConditionalGeneration`, `BartForSequenceClassification`, `BartForQuestionAnswering` and
+`BartForCausalLM`, through `convert_bart.py`.
+
+Deliberate deviations from the reference (outputs unchanged):
+- projections use the names every hf_xfmr model uses (`q_proj`, `k_proj`, `v_proj`, `o_proj`, `up_proj`,
+  `down_proj`); per layer `attn`, `cross_attn`, `mlp` and their norms `attn_norm`, `cross_attn_norm`,
+  `mlp_norm`; each stack's `embed_norm` is the reference's `layernorm_embedding`.
+- masks stay boolean and SDPA gets `is_causal` (no mask tensor) for an unpadded decoder; with attention
+  dropout on CPU in fp32 the fused-dropout kernel (`layers.fused_dropout`) keeps one attention tensor.
+- in training mode with labels the LM loss is computed chunk by chunk without the (B, T, V) logits, the
+  bias included (`config.chunked_lm_loss`; `logits` is then None).
+- the classification / QA heads return `SequenceClassifierOutput` / `QuestionAnsweringModelOutput`
+  (decoder hidden states and attentions), not the reference's Seq2Seq* variants; the classifier is named
+  `classifier` (reference: `classification_head`).
+- `XfmrBartForCausalLM` numbers the positions of a left-padded row from its first real token (the
+  reference from the first pad); unpadded and right-padded rows get the reference's positions. As in
+  the reference its labels are NOT shifted: `labels[t]` is the target of position t.
+- no fp16 clamping of the residual stream (train in bf16 or fp32).
+
+Shapes: B batch, S encoder tokens, T decoder (or stack) tokens, P cached decoder tokens, C d_model,
+H heads, D head size (C / H), F ffn dim, V vocabulary.
+"""
+
+import copy
+import math
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.cache_utils import EncoderDecoderCache
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPast, Seq2SeqModelOutput
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from ...layers.attention import ATTENTION_KERNELS, eager_attention_forward
+from ...layers.dropout import Dropout
+from ...layers.fused_dropout import attention_with_dropout
+from ...layers.init import normal_init_
+from ...layers.masks import causal_mask, decoder_attention_mask
+from ...layers.mlp import get_activation
+from ..generation import (
+    CausalLMHead,
+    cached_length,
+    check_decoder_mask,
+    decoder_position_ids,
+    prepare_cache,
+    replayed_by_checkpointing,
+)
+from ..heads import QuestionAnsweringHead, SequenceClassificationHead
+from ..input_checks import check_encoder_inputs
+from ..seq2seq import DecoderInputsFromInputs, EncoderEntry, EosClassifier, Seq2SeqLMHead, shift_tokens_right
+from .configuration_bart import XfmrBartConfig
+
+POSITION_OFFSET = 2  # fairseq's learned position tables start at row 2 (rows 0-1 were reserved for padding)
+
+
+class XfmrBartAttention(nn.Module):
+    """Multi-head attention with biases: self-attention (a KV cache in the decoder) or cross-attention over
+    the encoder output (its keys/values projected once per generation and kept in the cache)."""
+
+    def __init__(self, config, num_heads: int, layer_idx: int, is_cross_attention: bool = False):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.is_cross_attention = is_cross_attention
+        self.num_heads = num_heads
+        self.head_dim = config.d_model // num_heads
+        self.scaling = self.head_dim**-0.5
+        self.dropout_p = config.attention_dropout
+        self.q_proj = nn.Linear(config.d_model, config.d_model)
+        self.k_proj = nn.Linear(config.d_model, config.d_model)
+        self.v_proj = nn.Linear(config.d_model, config.d_model)
+        self.o_proj = nn.Linear(config.d_model, config.d_model)
+
+    def _project(self, proj, states):
+        batch, length, _ = states.shape
+        return proj(states).view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, D)
+
+    def forward(self, hidden_states, attention_mask=None, is_causal=False, key_value_states=None,
+                past_key_values=None, output_attentions=False):
+        """`attention_mask`: bool (True = attend), broadcastable to (B, H, T, K), or None. `is_causal`: no mask
+        tensor, the causal constraint alone. `key_value_states` (B, S, C): the encoder output (cross-attention)."""
+        batch, seq_len, _ = hidden_states.shape
+        q = self._project(self.q_proj, hidden_states)  # (B, H, T, D)
+        encoder_decoder = isinstance(past_key_values, EncoderDecoderCache)
+        if self.is_cross_attention:
+            cache = past_key_values.cross_attention_cache if encoder_decoder else None
+            if cache is not None and past_key_values.is_updated.get(self.layer_idx):
+                # encoder keys/values were projected on the first decoding step; reuse them
+                k, v = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values  # (B, H, S, D)
+            else:
+                k = self._project(self.k_proj, key_value_states)  # (B, H, S, D)
+                v = self._project(self.v_proj, key_value_states)  # (B, H, S, D)
+                if cache is not None:
+                    k, v = cache.update(k, v, self.layer_idx)
+                    past_key_values.is_updated[self.layer_idx] = True
+        else:
+            k = self._project(self.k_proj, hidden_states)  # (B, H, T, D)
+            v = self._project(self.v_proj, hidden_states)  # (B, H, T, D)
+            if past_key_values is not None:
+                cache = past_key_values.self_attention_cache if encoder_decoder else past_key_values
+                k, v = cache.update(k, v, self.layer_idx)  # (B, H, P + T, D) each
+
+        implementation = "eager" if output_attentions else self.config._attn_implementation
+        dropout = self.dropout_p if self.training else 0.0
+        if dropout > 0.0 and q.device.type == "cpu" and q.dtype == torch.float32 and implementation in ATTENTION_KERNELS:
+            # CPU training: torch has no fused kernel with dropout; this one keeps one (B, H, T, K) tensor, not three
+            if is_causal:
+                attention_mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)  # (T, P + T)
+            out, weights = attention_with_dropout(q, k, v, attention_mask, scaling=self.scaling, p=dropout), None
+        else:
+            # Our eager/sdpa kernels (layers/attention.py) first; any other registered kernel (flex, custom) as is.
+            attention = ATTENTION_KERNELS.get(implementation) or ALL_ATTENTION_FUNCTIONS.get_interface(
+                implementation, eager_attention_forward
+            )
+            out, weights = attention(self, q, k, v, attention_mask, scaling=self.scaling, dropout=dropout,
+                                     is_causal=is_causal)
+        out = out.reshape(batch, seq_len, -1)  # (B, T, H, D) -> (B, T, C)
+        return self.o_proj(out), weights
+
+
+class XfmrBartMLP(nn.Module):
+    """(..., C) -> (..., C): down_proj(dropout(act(up_proj(x)))) (BART's fc1 / fc2 with activation dropout)."""
+
+    def __init__(self, config, ffn_dim: int):
+        super().__init__()
+        self.up_proj = nn.Linear(config.d_model, ffn_dim)
+        self.act = get_activation(config.activation_function)
+        self.dropout = Dropout(config.activation_dropout)
+        self.down_proj = nn.Linear(ffn_dim, config.d_model)
+
+    def forward(self, x):
+        return self.down_proj(self.dropout(self.act(self.up_proj(x))))
+
+
+class XfmrBartLayer(GradientCheckpointingLayer):
+    """Post-norm block: x = norm(x + Attn(x)); [decoder: x = norm(x + CrossAttn(x, encoder))];
+    x = norm(x + MLP(x)), with dropout on each sub-layer output."""
+
+    def __init__(self, config, layer_idx: int, is_decoder: bool):
+        super().__init__()
+        heads = config.decoder_attention_heads if is_decoder else config.encoder_attention_heads
+        self.attn = XfmrBartAttention(config, heads, layer_idx)
+        self.attn_norm = nn.LayerNorm(config.d_model)
+        if is_decoder:
+            self.cross_attn = XfmrBartAttention(config, heads, layer_idx, is_cross_attention=True)
+            self.cross_attn_norm = nn.LayerNorm(config.d_model)
+        self.mlp = XfmrBartMLP(config, config.decoder_ffn_dim if is_decoder else config.encoder_ffn_dim)
+        self.mlp_norm = nn.LayerNorm(config.d_model)
+        self.dropout = Dropout(config.dropout)
+
+    def forward(self, hidden_states, attention_mask=None, is_causal=False, encoder_hidden_states=None,
+                encoder_attention_mask=None, past_key_values=None, output_attentions=False):
+        attn_out, self_weights = self.attn(hidden_states, attention_mask, is_causal, past_key_values=past_key_values,
+                                           output_attentions=output_attentions)
+        hidden_states = self.attn_norm(hidden_states + self.dropout(attn_out))
+        cross_weights = None
+        if encoder_hidden_states is not None:
+            cross_out, cross_weights = self.cross_attn(
+                hidden_states, encoder_attention_mask, key_value_states=encoder_hidden_states,
+                past_key_values=past_key_values, output_attentions=output_attentions,
+            )
+            hidden_states = self.cross_attn_norm(hidden_states + self.dropout(cross_out))
+        hidden_states = self.mlp_norm(hidden_states + self.dropout(self.mlp(hidden_states)))
+        return hidden_states, self_weights, cross_weights
+
+
+class XfmrBartStack(nn.Module):
+    """The encoder (bidirectional) or decoder (causal, cross-attending) over embedded tokens: learned
+    positions (offset 2) added, `embed_norm`, dropout, then the post-norm layers."""
+
+    def __init__(self, config, is_decoder: bool):
+        super().__init__()
+        self.config = config
+        self.is_decoder = is_decoder
+        self.embed_positions = nn.Embedding(config.max_position_embeddings + POSITION_OFFSET, config.d_model)
+        self.embed_norm = nn.LayerNorm(config.d_model)
+        num_layers = config.decoder_layers if is_decoder else config.encoder_layers
+        self.layers = nn.ModuleList(XfmrBartLayer(config, i, is_decoder) for i in range(num_layers))
+        self.layerdrop = config.decoder_layerdrop if is_decoder else config.encoder_layerdrop
+        self.dropout = Dropout(config.dropout)
+
+    def forward(self, inputs_embeds, attention_mask=None, position_ids=None, encoder_hidden_states=None,
+                encoder_attention_mask=None, past_key_values=None, output_attentions=False,
+                output_hidden_states=False):
+        """inputs_embeds (B, T, C) token embeddings (scaled); attention_mask (B, P + T) 0/1 (decoder: cached and
+        new tokens); position_ids (1 or B, T), default P + arange(T); encoder_attention_mask (B, S) 0/1."""
+        batch, seq_len, _ = inputs_embeds.shape
+        device = inputs_embeds.device
+        past_length = 0
+        if past_key_values is not None:
+            self_cache = (past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache)
+                          else past_key_values)
+            past_length = cached_length(self_cache)
+        if position_ids is None:
+            limit = self.config.max_position_embeddings
+            if past_length + seq_len > limit:
+                cached = f" after {past_length} cached tokens" if past_length else ""
+                what = "decoder inputs" if self.is_decoder else "inputs"
+                raise ValueError(
+                    f"{seq_len} {what}{cached} exceed the {limit} positions this model has "
+                    f"(`max_position_embeddings`); truncate them (tokenizer(..., truncation=True, max_length={limit}))"
+                    f"{' or, when generating, lower `max_new_tokens`' if self.is_decoder else ''}."
+                )
+            position_ids = torch.arange(past_length, past_length + seq_len, device=device)[None]  # (1, T)
+        hidden_states = inputs_embeds + self.embed_positions(position_ids + POSITION_OFFSET)  # (B, T, C)
+        hidden_states = self.dropout(self.embed_norm(hidden_states))
+
+        # A 2-D mask of all ones is dropped (SDPA's causal / unmasked kernels); that test reads the data, so a
+        # compiled graph keeps the mask instead (same result, no graph break).
+        if attention_mask is not None and attention_mask.dim() == 2 and not torch.compiler.is_compiling():
+            if bool(attention_mask.all()):
+                attention_mask = None
+        if self.is_decoder:
+            mask, is_causal = decoder_attention_mask(attention_mask, seq_len, past_length + seq_len, device=device)
+        else:
+            mask, is_causal = (None if attention_mask is None else attention_mask.bool()[:, None, None, :]), False
+        cross_mask = None
+        if encoder_hidden_states is not None and encoder_attention_mask is not None:
+            if torch.compiler.is_compiling() or not bool(encoder_attention_mask.all()):
+                cross_mask = encoder_attention_mask.bool()[:, None, None, :]  # (B, 1, 1, S)
+
+        all_hidden = (hidden_states,) if output_hidden_states else None
+        all_self, all_cross = ((), ()) if output_attentions else (None, None)
+        for layer in self.layers:
+            if self.training and self.layerdrop > 0.0 and torch.rand([]) < self.layerdrop:
+                continue  # LayerDrop (Fan et al., 2019): skip the whole layer
+            hidden_states, self_weights, cross_weights = layer(
+                hidden_states, mask, is_causal, encoder_hidden_states, cross_mask, past_key_values=past_key_values,
+                output_attentions=output_attentions,
+            )
+            if output_hidden_states:
+                all_hidden += (hidden_states,)
+            if output_attentions:
+                all_self += (self_weights,)
+                all_cross += (cross_weights,)
+        return hidden_states, all_hidden, all_self, all_cross
+
+
+class XfmrBartPreTrainedModel(PreTrainedModel):
+    config_class = XfmrBartConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["XfmrBartLayer"]
+    _skip_keys_device_placement = ["past_key_values", "cache"]
+    _supports_sdpa = True
+    _supports_flash_attn = False  # padded batches would need unpadding
+    _supports_flex_attn = False
+
+    def _init_weights(self, module):
+        """Linear and embedding weights ~ N(0, init_std), biases 0, the padding row 0, norms to identity."""
+        normal_init_(module, self.config.init_std)
+
+
+def _check_mask(name, mask, embeds):
+    if mask is not None and tuple(mask.shape) != tuple(embeds.shape[:2]):
+        raise ValueError(f"`{name}` has shape {tuple(mask.shape)} but the inputs have shape "
+                         f"{tuple(embeds.shape[:2])}; it must be 2-D with one 0/1 entry per token.")
+
+
+class XfmrBartModel(XfmrBartPreTrainedModel):
+    """Encoder and decoder sharing one embedding matrix (`BartModel`); returns the decoder output. Without
+    decoder inputs the decoder reads `input_ids` shifted right (the reference's denoising default)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.encoder = XfmrBartStack(config, is_decoder=False)
+        self.decoder = XfmrBartStack(config, is_decoder=True)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.shared
+
+    def set_input_embeddings(self, value):
+        self.shared = value
+
+    def get_encoder(self, modality=None):
+        return EncoderEntry(self.run_encoder)
+
+    def embed(self, input_ids, inputs_embeds, max_positions=None):
+        """(B, T) ids -> (B, T, C) scaled token embeddings (given embeddings are used as they are)."""
+        check_encoder_inputs(input_ids, inputs_embeds, None, None, None, vocab_size=self.config.vocab_size,
+                             type_vocab_size=None, max_positions=max_positions)
+        return self.shared(input_ids) * self.embed_scale if inputs_embeds is None else inputs_embeds
+
+    def run_encoder(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
+                    output_hidden_states=None):
+        config = self.config
+        output_attentions = config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        embeds = self.embed(input_ids, inputs_embeds, config.max_position_embeddings)  # (B, S, C)
+        _check_mask("attention_mask", attention_mask, embeds)
+        hidden, all_hidden, all_attn, _ = self.encoder(embeds, attention_mask, output_attentions=output_attentions,
+                                                       output_hidden_states=output_hidden_states)
+        return BaseModelOutput(last_hidden_state=hidden, hidden_states=all_hidden, attentions=all_attn)
+
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
+                encoder_outputs=None, past_key_values=None, inputs_embeds=None, decoder_inputs_embeds=None,
+                use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None, cache=None):
+        """`past_key_values` (or `cache`): an `EncoderDecoderCache` from an earlier decoding step."""
+        config = self.config
+        past_key_values = cache if cache is not None else past_key_values
+        output_attentions = config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            if input_ids is None:
+                raise ValueError("XfmrBartModel needs `decoder_input_ids` (or `decoder_inputs_embeds`), or `input_ids` "
+                                 "for the decoder to read shifted right.")
+            decoder_input_ids = shift_tokens_right(input_ids, config.pad_token_id, config.decoder_start_token_id)
+        if encoder_outputs is None:
+            encoder_outputs = self.run_encoder(input_ids, attention_mask, inputs_embeds, output_attentions,
+                                               output_hidden_states)
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        if use_cache is None:
+            use_cache = config.use_cache and not self.training
+        if replayed_by_checkpointing(self.decoder.layers):  # the replay would write a cache twice
+            use_cache, past_key_values = False, None
+        past_key_values = prepare_cache(past_key_values, use_cache, config, cross_attention=True)
+        embeds = self.embed(decoder_input_ids, decoder_inputs_embeds)  # (B, T, C)
+        encoder_hidden = encoder_outputs.last_hidden_state  # (B, S, C)
+        if encoder_hidden.shape[0] != embeds.shape[0]:
+            raise ValueError(f"The encoder batch has {encoder_hidden.shape[0]} rows but the decoder inputs "
+                             f"{embeds.shape[0]}; pass one target sequence per input sequence.")
+        if attention_mask is not None:
+            _check_mask("attention_mask", attention_mask, encoder_hidden)
+        past_length = cached_length(past_key_values.self_attention_cache) if past_key_values is not None else 0
+        expected = (embeds.shape[0], past_length + embeds.shape[1])
+        if decoder_attention_mask is not None and tuple(decoder_attention_mask.shape) != expected:
+            cached = f" ({past_length} cached + {embeds.shape[1]} new)" if past_length else ""
+            raise ValueError(f"`decoder_attention_mask` has shape {tuple(decoder_attention_mask.shape)} but must be "
+                             f"{expected}{cached}: 2-D, one 0/1 entry per decoder token (the causal part is added "
+                             f"by the model).")
+        hidden, all_hidden, all_self, all_cross = self.decoder(
+            embeds, decoder_attention_mask, None, encoder_hidden, attention_mask, past_key_values=past_key_values,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+        )
+        output = Seq2SeqModelOutput(
+            last_hidden_state=hidden, cache=past_key_values if use_cache else None,
+            decoder_hidden_states=all_hidden, decoder_attentions=all_self, cross_attentions=all_cross,
+            encoder_last_hidden_state=encoder_hidden, encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+        return_dict = config.return_dict if return_dict is None else return_dict
+        return output if return_dict else output.to_tuple()
+
+
+class XfmrBartDecoderModel(XfmrBartPreTrainedModel):
+    """The decoder alone (`BartForCausalLM`'s backbone): token embeddings (`shared`) and the decoder stack,
+    whose cross-attention runs only when `encoder_hidden_states` are given."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.decoder = XfmrBartStack(config, is_decoder=True)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.shared
+
+    def set_input_embeddings(self, value):
+        self.shared = value
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
+                inputs_embeds=None, encoder_hidden_states=None, encoder_attention_mask=None, use_cache=None,
+                output_attentions=None, output_hidden_states=None, return_dict=None, cache=None):
+        """attention_mask (B, P + T) 0/1 over cached and new tokens; `past_key_values`: a transformers `Cache`."""
+        config = self.config
+        past_key_values = cache if cache is not None else past_key_values
+        batch, seq_len = check_encoder_inputs(input_ids, inputs_embeds, None, None, None, vocab_size=config.vocab_size,
+                                              type_vocab_size=None, max_positions=None)
+        output_attentions = config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        if use_cache is None:
+            use_cache = config.use_cache and not self.training
+        if replayed_by_checkpointing(self.decoder.layers):
+            use_cache, past_key_values = False, None
+        past_key_values = prepare_cache(past_key_values, use_cache, config,
+                                        cross_attention=encoder_hidden_states is not None)
+        self_cache = (past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache)
+                      else past_key_values)
+        past_length = cached_length(self_cache)
+        check_decoder_mask(attention_mask, batch, past_length, seq_len)
+        if attention_mask is not None and attention_mask.dim() != 2:
+            raise ValueError("XfmrBartForCausalLM takes a 2-D (batch, seq_len) 0/1 `attention_mask`.")
+        embeds = self.shared(input_ids) * self.embed_scale if inputs_embeds is None else inputs_embeds  # (B, T, C)
+        if position_ids is None and attention_mask is not None:
+            if past_length + seq_len > config.max_position_embeddings:
+                raise ValueError(f"{seq_len} tokens after {past_length} cached exceed the "
+                                 f"{config.max_position_embeddings} positions this model has "
+                                 f"(`max_position_embeddings`); truncate the inputs or lower `max_new_tokens`.")
+            position_ids = decoder_position_ids(attention_mask, past_length, seq_len, embeds.device)  # (B, T)
+        hidden, all_hidden, all_self, all_cross = self.decoder(
+            embeds, attention_mask, position_ids, encoder_hidden_states, encoder_attention_mask,
+            past_key_values=past_key_values, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        output = BaseModelOutputWithPast(last_hidden_state=hidden, past_key_values=past_key_values if use_cache else None,
+                                         hidden_states=all_hidden, attentions=all_self)
+        return_dict = config.return_dict if return_dict is None else return_dict
+        return output if return_dict else output.to_tuple()
+
+
+# -- heads (shared machinery in models/heads.py, models/seq2seq.py and models/generation.py) ---------
+class XfmrBartForConditionalGeneration(Seq2SeqLMHead, XfmrBartPreTrainedModel):
+    """Sequence-to-sequence LM: decoder output -> `lm_head` (tied to `shared`) + `final_logits_bias`; `generate()`."""
+
+    base_model_class = XfmrBartModel
+
+    def __init__(self, config):
+        if config.tie_word_embeddings:
+            self._tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
+        super().__init__(config)
+        # A buffer, as in the reference: checkpoints store it, training leaves it alone.
+        self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))
+
+    def logits_bias(self):
+        return self.final_logits_bias[0]  # (V,)
+
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        size, old = embeddings.weight.shape[0], self.final_logits_bias
+        bias = old[:, :size] if size <= old.shape[1] else torch.cat([old, old.new_zeros(1, size - old.shape[1])], 1)
+        self.register_buffer("final_logits_bias", bias)
+        return embeddings
+
+
+class XfmrBartForSequenceClassification(DecoderInputsFromInputs, SequenceClassificationHead, XfmrBartPreTrainedModel):
+    """Encoder-decoder over the input; the decoder state at each row's last <eos> -> `classifier`."""
+
+    base_model_class = XfmrBartModel
+    pooling = "eos"
+
+    def build_classifier(self, config, num_outputs):
+        return EosClassifier(config.d_model, num_outputs, config.classifier_dropout)
+
+
+class XfmrBartForQuestionAnswering(DecoderInputsFromInputs, QuestionAnsweringHead, XfmrBartPreTrainedModel):
+    """Encoder-decoder over the input; `qa_outputs` scores each decoder position as answer start / end."""
+
+    base_model_class = XfmrBartModel
+
+
+class XfmrBartForCausalLM(CausalLMHead, XfmrBartPreTrainedModel):
+    """The decoder alone as a language model (`BartForCausalLM`): `lm_head` tied to its embeddings;
+    `generate()`. Labels are not shifted (`labels[t]` is the target of position t), as in the reference."""
+
+    base_model_class = XfmrBartDecoderModel
+    shift_labels = False
+
+    def __init__(self, config):
+        config = copy.deepcopy(config)  # a decoder-only view; the caller's config stays as it was
+        config.is_encoder_decoder, config.is_decoder = False, True
+        if config.tie_word_embeddings:
+            self._tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
+        super().__init__(config)
+
+    def generation_position_limit(self):
+        return self.config.max_position_embeddings
+
+
+__all__ = [
+    "XfmrBartPreTrainedModel",
+    "XfmrBartModel",
+    "XfmrBartDecoderModel",
+    "XfmrBartForConditionalGeneration",
+    "XfmrBartForSequenceClassification",
+    "XfmrBartForQuestionAnswering",
+    "XfmrBartForCausalLM",
+]
