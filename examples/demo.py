@@ -4,7 +4,7 @@
    VADER sentiment set (domain text for the finetuning task; its test sentences are never seen);
 2. tokenizers: one per architecture, trained on the embedded corpus with that architecture's special tokens;
 3. pretraining with `hf_xfmr.training.pretrain` (the loop behind `hf-xfmr pretrain`) of each
-   `--runs` architecture with its objective (by default `DEFAULT_RUNS`: a small BERT with masked language
+   `--runs` architecture with its objective (by default `DEFAULT_RUNS`: a small ModernBERT with masked language
    modelling and a small XLNet with permutation language modelling), each with a progress bar and a
    falling loss; held-out accuracy on the predicted tokens against the accuracy of always guessing the
    most frequent one;
@@ -47,7 +47,7 @@ DEMO_SIZES = {
 DEFAULT_SIZE = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512)
 # What `make demo` pretrains, as architecture:objective; the first one is finetuned and exported. Add a run
 # here (and a size above if its config names the fields differently) to show another architecture.
-DEFAULT_RUNS = ["bert:mlm", "xlnet:plm"]
+DEFAULT_RUNS = ["modernbert:mlm", "xlnet:plm"]
 
 
 def parse_args(argv=None):
