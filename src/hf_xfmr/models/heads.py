@@ -294,6 +294,10 @@ class QuestionAnsweringHead(TaskHead):
         self.qa_outputs = self.build_qa_outputs(config)
         self.post_init()
 
+    # True: padding positions get the lowest start/end logits, so no answer span starts or ends there (for
+    # backbones whose outputs at padding are not meaningful, e.g. ModernBERT's zeros after unpadding).
+    mask_padding = False
+
     def build_qa_outputs(self, config) -> nn.Module:
         """The (start, end) scorer applied to every token: a linear layer by default (DistilBERT adds
         dropout before it)."""
@@ -312,6 +316,8 @@ class QuestionAnsweringHead(TaskHead):
                           position_ids=position_ids, inputs_embeds=inputs_embeds,
                           output_attentions=output_attentions, output_hidden_states=output_hidden_states, **kwargs)
         logits = self.qa_outputs(out.last_hidden_state)  # (B, T, 2)
+        if self.mask_padding and attention_mask is not None:
+            logits = logits.masked_fill(~attention_mask.bool()[..., None], torch.finfo(logits.dtype).min)
         start_logits, end_logits = (x.squeeze(-1).contiguous() for x in logits.split(1, dim=-1))  # (B, T) each
         loss = None
         if start_positions is not None and end_positions is not None:

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, QuestionAnsweringModelOutput
+from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from ...layers.attention import (
@@ -61,7 +61,7 @@ from ..heads import (
     pool_mean,
 )
 from ..input_checks import check_encoder_inputs, check_labels_shape
-from ..losses import IGNORE_INDEX, mean_over_items, span_loss
+from ..losses import IGNORE_INDEX, mean_over_items
 from .configuration_modernbert import XfmrModernBertConfig
 
 
@@ -426,31 +426,10 @@ class XfmrModernBertForTokenClassification(_ModernBertTaskHead, TokenClassificat
 class XfmrModernBertForQuestionAnswering(_ModernBertTaskHead, QuestionAnsweringHead, XfmrModernBertPreTrainedModel):
     """Prediction head -> dropout -> out_proj (start, end) on every token; padding positions never win."""
 
+    mask_padding = True
+
     def build_qa_outputs(self, config):
         return XfmrModernBertClassifier(config, 2)
-
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
-                start_positions=None, end_positions=None, output_attentions=None, output_hidden_states=None,
-                return_dict=None, **kwargs):
-        """`start_positions` / `end_positions` (B,): token indices of the answer span."""
-        shape = _input_shape(input_ids, inputs_embeds)
-        for name, positions in (("start_positions", start_positions), ("end_positions", end_positions)):
-            if positions is not None and shape is not None and positions.reshape(-1).shape[0] != shape[0]:
-                raise ValueError(f"`{name}` must hold one index per sequence ({shape[0]}), "
-                                 f"got shape {tuple(positions.shape)}.")
-        out = self.encode(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                          inputs_embeds=inputs_embeds, output_attentions=output_attentions,
-                          output_hidden_states=output_hidden_states, **kwargs)
-        logits = self.qa_outputs(out.last_hidden_state)  # (B, T, 2)
-        if attention_mask is not None:
-            logits = logits.masked_fill(~attention_mask.bool()[..., None], torch.finfo(logits.dtype).min)
-        start_logits, end_logits = (x.squeeze(-1).contiguous() for x in logits.split(1, dim=-1))  # (B, T) each
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            loss = span_loss(start_logits, end_logits, start_positions, end_positions)
-        return self.finish(QuestionAnsweringModelOutput(
-            loss=loss, start_logits=start_logits, end_logits=end_logits,
-            hidden_states=out.hidden_states, attentions=out.attentions), return_dict)
 
 
 class XfmrModernBertForMultipleChoice(_ModernBertTaskHead, MultipleChoiceHead, XfmrModernBertPreTrainedModel):
