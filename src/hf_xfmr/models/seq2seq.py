@@ -126,6 +126,8 @@ class Seq2SeqLMHead(TaskHead, CheckedGenerationMixin):
     accepts_loss_kwargs = True  # `num_items_in_batch` is honoured (Trainer's gradient accumulation)
 
     def __init__(self, config):
+        if config.tie_word_embeddings:  # the backbone's token embeddings are `shared` (T5, BART)
+            self._tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
         super().__init__(config)
         self.lm_head = self.build_lm_head(config)
         self.post_init()

@@ -420,8 +420,6 @@ class XfmrBartForConditionalGeneration(Seq2SeqLMHead, XfmrBartPreTrainedModel):
     base_model_class = XfmrBartModel
 
     def __init__(self, config):
-        if config.tie_word_embeddings:
-            self._tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
         super().__init__(config)
         # A buffer, as in the reference: checkpoints store it, training leaves it alone.
         self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))

@@ -394,11 +394,6 @@ class XfmrT5ForConditionalGeneration(Seq2SeqLMHead, XfmrT5PreTrainedModel):
 
     base_model_class = XfmrT5Model
 
-    def __init__(self, config):
-        if config.tie_word_embeddings:
-            self._tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
-        super().__init__(config)
-
     def _init_weights(self, module):
         if module is getattr(self, "lm_head", None):
             module.init_std = self.config.initializer_factor
