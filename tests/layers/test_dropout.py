@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from hf_xfmr.layers.dropout import Dropout, dropout
+from hf_xfmr.layers.dropout import Dropout, dropout, keep_bool, keep_mask, random_draws
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5])
@@ -38,3 +38,51 @@ def test_seeded_reproducible_and_identity_when_inactive():
     module = Dropout(0.2).eval()
     assert module(x) is x
     assert torch.equal(dropout(x, 1.0), torch.zeros_like(x))
+
+
+def test_float_and_compact_masks_come_from_the_same_draws():
+    torch.manual_seed(5)
+    mask = keep_mask((300, 301), 0.25)  # odd element count: half of the last 64-bit word is unused
+    torch.manual_seed(5)
+    keep = keep_bool((300, 301), 0.25)
+    assert mask.dtype == torch.float32 and keep.dtype == torch.bool
+    assert torch.equal(mask != 0, keep)
+    assert torch.equal(mask[keep], torch.full_like(mask[keep], 1 / 0.75))
+    x = torch.randn(300, 301)
+    torch.manual_seed(5)
+    fast = dropout(x, 0.25)
+    torch.manual_seed(5)
+    compact = dropout(x, 0.25, compact=True)
+    assert torch.equal(fast, compact)
+
+
+def test_draws_are_uniform_31_bit_integers():
+    torch.manual_seed(0)
+    draws = random_draws((1_000_000,)).double()
+    assert draws.min() >= 0 and draws.max() < 2**31
+    # mean and the fraction in each eighth of the range, within 5 standard deviations
+    assert abs(draws.mean().item() / 2**31 - 0.5) < 5 * (1 / 12 / 1e6) ** 0.5
+    eighths = torch.bincount((draws / 2**28).long(), minlength=8).double() / 1e6
+    assert (eighths - 0.125).abs().max() < 5 * (0.125 * 0.875 / 1e6) ** 0.5
+    torch.manual_seed(0)
+    assert torch.equal(random_draws((1_000_000,)).double(), draws)
+    assert not torch.equal(random_draws((1_000_000,)).double(), draws)  # the generator moved on
+
+
+def test_gradients_compact_and_other_dtypes():
+    for dtype in (torch.float64, torch.bfloat16):
+        x = torch.randn(64, 64, dtype=dtype, requires_grad=True)
+        y = dropout(x, 0.3)
+        assert y.dtype == dtype
+        y.backward(torch.ones_like(y))
+        kept = y.detach() != 0
+        assert torch.equal(x.grad != 0, kept)  # randn: no exact zeros
+    x = torch.randn(64, 64, requires_grad=True)
+    y = dropout(x, 0.3, compact=True)
+    y.backward(torch.ones_like(y))
+    assert torch.equal(x.grad != 0, y.detach() != 0)
+
+
+def test_a_rate_too_small_to_resolve_drops_nothing():
+    x = torch.randn(1000)
+    assert torch.equal(dropout(x, 1e-12), x * (1 / (1 - 1e-12)))

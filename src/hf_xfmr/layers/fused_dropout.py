@@ -2,27 +2,23 @@
 
 Training with dropout on CPU, plain autograd keeps for `softmax -> dropout -> matmul(v)` the
 probabilities (softmax backward), the keep mask (dropout backward) and the dropped probabilities
-(matmul backward): two (B, H, Tq, Tk) float tensors and a bool one per attention layer, the largest
-activations of an encoder. `attention_with_dropout` keeps the probabilities and the keep mask only and
-recomputes the dropped probabilities in backward (one elementwise pass). Likewise
-`relu_dropout(x, p)` keeps only its output: ReLU's and dropout's gradients are both "where the output
-is non-zero", so neither the pre-activation nor the mask is needed.
+(matmul backward), and runs a separate pass for each step. `attention_with_dropout` keeps the
+probabilities and the dropped probabilities only (the float mask never outlives the forward), and its
+backward is two fused passes over (B, H, Tq, Tk): d scores = dropped * d dropped - probs * rowsum.
+Likewise `relu_dropout(x, p)` keeps only its output: ReLU's and dropout's gradients are both "where the
+output is non-zero", so neither the pre-activation nor the mask is needed.
 
-The keep mask is drawn as in `layers.dropout` (one 31-bit integer per element against a threshold),
-so the distribution is the same as `torch.nn.functional.dropout`'s. Masks are additive float biases
-(finfo.min where hidden; their gradient is returned when they require one, e.g. T5's relative position
-bias) or bool (True = attend). Every query row must see at least one key.
+The keep masks come from `layers.dropout.keep_mask` (1 / (1 - p) where kept, 0 where dropped; the keep
+probability exact to 2^-31), the same distribution as `torch.nn.functional.dropout`'s. Attention masks
+are additive float biases (finfo.min where hidden; their gradient is returned when they require one,
+e.g. T5's relative position bias) or bool (True = attend). Every query row must see at least one key.
 
 Shapes: B batch, H heads, Tq queries, Tk keys, D head size.
 """
 
 import torch
 
-_RANDOM_RANGE = 2**31
-
-
-def _keep_mask(shape, p: float, device) -> torch.Tensor:
-    return torch.empty(shape, dtype=torch.int32, device=device).random_() >= round(p * _RANDOM_RANGE)
+from .dropout import keep_mask
 
 
 def _reduce_to(grad: torch.Tensor, shape) -> torch.Tensor:
@@ -44,26 +40,23 @@ class _AttentionWithDropout(torch.autograd.Function):
                 scores.add_(mask)
         probs = torch.softmax(scores, dim=-1)
         del scores
-        keep = _keep_mask(probs.shape, p, probs.device)  # (B, H, Tq, Tk) bool
-        scale = 1.0 / (1.0 - p)
-        # The 1 / (1 - p) scale goes on the (B, H, Tq, D) output, not on the (B, H, Tq, Tk) probabilities.
-        out = torch.matmul(torch.where(keep, probs, 0.0), value).mul_(scale)  # (B, H, Tq, D)
-        ctx.save_for_backward(query, key, value, probs, keep, out)
-        ctx.scaling, ctx.scale = scaling, scale
+        dropped = keep_mask(probs.shape, p, probs.device).mul_(probs)  # (B, H, Tq, Tk): probs / (1 - p) or 0
+        out = torch.matmul(dropped, value)  # (B, H, Tq, D)
+        ctx.save_for_backward(query, key, value, probs, dropped, out)
+        ctx.scaling = scaling
         ctx.mask_shape = None if mask is None or mask.dtype == torch.bool else mask.shape
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        query, key, value, probs, keep, out = ctx.saved_tensors
-        scaled_grad = grad_out * ctx.scale  # (B, H, Tq, D): the dropout scale, applied on the small side
-        grad_value = torch.matmul(torch.where(keep, probs, 0.0).transpose(-1, -2), scaled_grad)
-        grad = torch.matmul(scaled_grad, value.transpose(-1, -2))  # d (kept probs), (B, H, Tq, Tk)
-        grad = torch.where(keep, grad, 0.0)  # d probs
-        # softmax backward in place: d scores = probs * (d probs - sum_k(d probs * probs)); that row sum equals
-        # sum_d(grad_out * out) (out = kept probs @ v * scale), a (B, H, Tq, D) product instead of a (.., Tk) one.
+        query, key, value, probs, dropped, out = ctx.saved_tensors
+        grad_value = torch.matmul(dropped.transpose(-1, -2), grad_out)  # (B, H, Tk, D)
+        grad = torch.matmul(grad_out, value.transpose(-1, -2))  # d dropped, (B, H, Tq, Tk)
+        # With dropped = probs * mask: d probs = mask * d dropped, and the softmax backward
+        # d scores = probs * (d probs - sum_k(d probs * probs)) = dropped * d dropped - probs * row, where
+        # row = sum_k(d dropped * dropped) = sum_d(grad_out * out): a (B, H, Tq, D) product, not a (.., Tk) one.
         row = (grad_out * out).sum(dim=-1, keepdim=True)  # (B, H, Tq, 1)
-        grad.sub_(row).mul_(probs)
+        grad.mul_(dropped).addcmul_(probs, row, value=-1.0)
         grad_mask = None
         if ctx.mask_shape is not None and ctx.needs_input_grad[3]:
             grad_mask = _reduce_to(grad, ctx.mask_shape)
@@ -94,16 +87,17 @@ def attention_with_dropout(query, key, value, mask=None, scaling: float = 1.0, p
 class _ReluDropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, p):
-        scale = 1.0 / (1.0 - p)
-        out = torch.where(_keep_mask(x.shape, p, x.device), x.clamp(min=0), 0.0).mul_(scale)
+        mask = keep_mask(x.shape, p, x.device)
+        mask = mask if x.dtype == torch.float32 else mask.to(x.dtype)
+        out = mask.mul_(x).clamp_(min=0)  # relu(x) * mask = relu(x * mask), as mask >= 0
         ctx.save_for_backward(out)
-        ctx.scale = scale
+        ctx.scale = 1.0 / (1.0 - p)
         return out
 
     @staticmethod
     def backward(ctx, grad):
         (out,) = ctx.saved_tensors
-        return torch.where(out > 0, grad, 0.0).mul_(ctx.scale), None
+        return torch.ops.aten.threshold_backward(grad, out, 0.0).mul_(ctx.scale), None  # grad where out > 0
 
 
 def relu_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
