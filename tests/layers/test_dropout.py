@@ -40,7 +40,7 @@ def test_seeded_reproducible_and_identity_when_inactive():
     assert torch.equal(dropout(x, 1.0), torch.zeros_like(x))
 
 
-def test_float_and_compact_masks_come_from_the_same_draws():
+def test_float_mask_bool_mask_and_dropout_come_from_the_same_draws():
     torch.manual_seed(5)
     mask = keep_mask((300, 301), 0.25)  # odd element count: half of the last 64-bit word is unused
     torch.manual_seed(5)
@@ -50,10 +50,15 @@ def test_float_and_compact_masks_come_from_the_same_draws():
     assert torch.equal(mask[keep], torch.full_like(mask[keep], 1 / 0.75))
     x = torch.randn(300, 301)
     torch.manual_seed(5)
-    fast = dropout(x, 0.25)
-    torch.manual_seed(5)
-    compact = dropout(x, 0.25, compact=True)
-    assert torch.equal(fast, compact)
+    assert torch.equal(dropout(x, 0.25), x * mask)
+
+
+def test_dropout_keeps_one_byte_per_element_for_backward():
+    x = torch.randn(64, 64, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        dropout(x, 0.3)
+    assert [t.element_size() for t in saved] == [1]
 
 
 def test_draws_are_uniform_31_bit_integers():
@@ -69,20 +74,17 @@ def test_draws_are_uniform_31_bit_integers():
     assert not torch.equal(random_draws((1_000_000,)).double(), draws)  # the generator moved on
 
 
-def test_gradients_compact_and_other_dtypes():
+def test_other_dtypes_keep_their_dtype_and_mask():
     for dtype in (torch.float64, torch.bfloat16):
         x = torch.randn(64, 64, dtype=dtype, requires_grad=True)
         y = dropout(x, 0.3)
         assert y.dtype == dtype
         y.backward(torch.ones_like(y))
-        kept = y.detach() != 0
-        assert torch.equal(x.grad != 0, kept)  # randn: no exact zeros
-    x = torch.randn(64, 64, requires_grad=True)
-    y = dropout(x, 0.3, compact=True)
-    y.backward(torch.ones_like(y))
-    assert torch.equal(x.grad != 0, y.detach() != 0)
+        assert x.grad.dtype == dtype
+        assert torch.equal(x.grad != 0, y.detach() != 0)  # randn: no exact zeros
 
 
 def test_a_rate_too_small_to_resolve_drops_nothing():
     x = torch.randn(1000)
     assert torch.equal(dropout(x, 1e-12), x * (1 / (1 - 1e-12)))
+    assert torch.equal(keep_mask((1000,), 1e-12), torch.full((1000,), 1 / (1 - 1e-12)))

@@ -76,8 +76,7 @@ def eager_attention_forward(module, query, key, value, attention_mask, scaling=N
         # are none, e.g. under a causal mask. A compiled graph always fills (no data-dependent branch).
         if torch.compiler.is_compiling() or not bool(rows.all()):
             probs = probs.masked_fill(~rows, 0.0)
-    # a bool mask for backward: these are the largest activations
-    probs = apply_dropout(probs, dropout, training=_is_training(module), compact=True).to(query.dtype)
+    probs = apply_dropout(probs, dropout, training=_is_training(module)).to(query.dtype)
     out = torch.matmul(probs, value)  # (B, H, Tq, D)
     return out.transpose(1, 2).contiguous(), probs  # (B, Tq, H, D)
 

@@ -8,11 +8,11 @@ keep probability is exact to 2^-31):
 - the random bits come from numpy's PCG64DXSM generator, seeded for each call by one draw from torch's
   default generator (so `torch.manual_seed` makes the masks reproducible); it makes 32 random bits
   about 2.5x faster than `Tensor.random_()`'s Mersenne Twister;
-- `keep_mask` turns the integers into the float mask itself, 1 / (1 - p) where kept and 0 where dropped,
-  with three in-place integer passes and no comparison, so dropout forward and backward are one
-  multiplication each (a multiplication by a float mask is ~3x faster than `torch.where` on a bool one);
-- `dropout(..., compact=True)` keeps a bool mask for backward instead (1 byte per element, not 4) for
-  the largest tensors, e.g. attention probabilities, at the price of a `where` in each direction.
+- `dropout` keeps the mask for backward as one byte per element (multiplying by a uint8 mask is about 2x
+  faster than `torch.where` on a bool one; torch's own CPU dropout keeps a 4-byte float mask);
+- `keep_mask` turns the integers into a float mask, 1 / (1 - p) where kept and 0 where dropped, with
+  three in-place integer passes and no comparison, for kernels that apply a mask once and never keep it
+  (`layers.fused_dropout`).
 
 Off CPU, under `torch.compile` (dynamo cannot trace numpy; inductor generates its own fused dropout),
 and whenever dropout is inactive, this is plain `F.dropout`.
@@ -59,51 +59,35 @@ def keep_mask(shape, p: float, device=None) -> torch.Tensor:
 
 def keep_bool(shape, p: float, device=None) -> torch.Tensor:
     """bool (shape): True with probability 1 - p (the same draws as `keep_mask`)."""
-    return random_draws(shape, device) < _keep_threshold(p)
+    threshold = _keep_threshold(p)
+    if threshold >= 2**_RANDOM_BITS:  # p < 2^-32: nothing is dropped (and 2^31 is no int32)
+        return torch.ones(shape, dtype=torch.bool, device=device)
+    return random_draws(shape, device) < threshold
 
 
 class _CPUDropout(torch.autograd.Function):
-    """Keeps the float mask: one multiplication each way."""
+    """Keeps the keep mask as one byte per element; forward and backward multiply by it, then scale."""
 
     @staticmethod
     def forward(ctx, x, p):
-        mask = keep_mask(x.shape, p, x.device)  # (...) float32
-        ctx.save_for_backward(mask)
-        return x * mask
-
-    @staticmethod
-    def backward(ctx, grad):
-        (mask,) = ctx.saved_tensors
-        return grad * mask, None
-
-
-class _CompactCPUDropout(torch.autograd.Function):
-    """Keeps a bool mask: a quarter of the memory, a `where` each way (also any floating dtype)."""
-
-    @staticmethod
-    def forward(ctx, x, p):
-        keep = keep_bool(x.shape, p, x.device)  # (...) bool
+        keep = keep_bool(x.shape, p, x.device).view(torch.uint8)  # (...) 0 or 1
         scale = 1.0 / (1.0 - p)
         ctx.save_for_backward(keep)
         ctx.scale = scale
-        return torch.where(keep, x, 0.0).mul_(scale)
+        return (x * keep).mul_(scale)
 
     @staticmethod
     def backward(ctx, grad):
         (keep,) = ctx.saved_tensors
-        return torch.where(keep, grad, 0.0).mul_(ctx.scale), None
+        return (grad * keep).mul_(ctx.scale), None
 
 
-def dropout(x: torch.Tensor, p: float, training: bool = True, compact: bool = False) -> torch.Tensor:
-    """Zero each element with probability `p` and scale survivors by 1 / (1 - p) (when training).
-
-    `compact=True` keeps a bool mask for backward instead of a float one (for the largest tensors)."""
+def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """Zero each element with probability `p` and scale survivors by 1 / (1 - p) (when training)."""
     if not training or p == 0.0:
         return x
     if x.device.type != "cpu" or p >= 1.0 or torch.compiler.is_compiling():
         return F.dropout(x, p, training=True)
-    if compact or x.dtype != torch.float32:
-        return _CompactCPUDropout.apply(x, p)
     return _CPUDropout.apply(x, p)
 
 
