@@ -1,9 +1,8 @@
 """Benchmark cases for ALBERT: MLM training and inference against `AlbertForMaskedLM` (sdpa), identical
 weights through `hf_xfmr.from_transformers`."""
 
-import torch
-
-from .harness import BenchCase, dtype_from_name, register_case
+from .harness import BenchCase, register_case
+from .mlm import mlm_case
 
 # Headline size (the issue's): hidden 256, 4 layers, 4 heads, ALBERT's vocabulary and embedding size.
 MLM_SIZES = dict(hidden=256, embedding=128, layers=4, groups=1, heads=4, ffn=1024, vocab=30000, max_positions=512,
@@ -33,48 +32,19 @@ def _mlm_case(
     seed: int = 0,
 ) -> BenchCase:
     """Reference `AlbertForMaskedLM(config)` (sdpa, ALBERT's default dropout 0) with random weights; ours
-    converted from it. Batch: random ids (special ids excluded), attention mask all ones, and in train mode
-    labels on `mask_prob` of the positions (seeded)."""
+    converted from it (see bench/mlm.py)."""
     import transformers
 
-    first_id = 5
-    if vocab <= first_id:
-        raise ValueError(f"vocab must be > {first_id}, got {vocab}")
-    if seq > max_positions:
-        raise ValueError(f"seq ({seq}) must be <= max_positions ({max_positions})")
     config = dict(vocab_size=vocab, embedding_size=embedding, hidden_size=hidden, num_hidden_layers=layers,
                   num_hidden_groups=groups, num_attention_heads=heads, intermediate_size=ffn,
                   max_position_embeddings=max_positions)
-
-    def build_pair():
-        import hf_xfmr
-
-        ref = transformers.AlbertForMaskedLM._from_config(transformers.AlbertConfig(**config),
-                                                          attn_implementation="sdpa")
-        ours = hf_xfmr.from_transformers(ref, task="masked-lm")
-        ours.config.sparse_prediction = sparse_prediction
-        return ours, ref
-
-    def make_batch():
-        g = torch.Generator().manual_seed(seed)
-        input_ids = torch.randint(first_id, vocab, (batch, seq), generator=g)
-        out = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
-        if mode == "train":
-            targets = torch.rand(batch, seq, generator=g) < mask_prob
-            out["labels"] = torch.where(targets, input_ids, torch.full_like(input_ids, -100))
-        return out
-
-    return BenchCase(
-        name=name,
-        build_pair=build_pair,
-        make_batch=make_batch,
-        mode=mode,
-        autocast_dtype=dtype_from_name(dtype),
-        device=device,
-        description=(
-            f"AlbertForMaskedLM hidden {hidden}, embedding {embedding}, {layers} layers ({groups} group), {heads} "
-            f"heads, FFN {ffn}, vocab {vocab}; batch {batch} x {seq}; ours sparse_prediction={sparse_prediction}"
-        ),
+    return mlm_case(
+        name, lambda: transformers.AlbertForMaskedLM._from_config(transformers.AlbertConfig(**config),
+                                                                  attn_implementation="sdpa"),
+        mode=mode, dtype=dtype, sparse_prediction=sparse_prediction, vocab=vocab, max_positions=max_positions,
+        batch=batch, seq=seq, mask_prob=mask_prob, device=device, seed=seed,
+        description=f"AlbertForMaskedLM hidden {hidden}, embedding {embedding}, {layers} layers ({groups} group), "
+                    f"{heads} heads, FFN {ffn}, vocab {vocab}",
     )
 
 

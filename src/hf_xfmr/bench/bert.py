@@ -1,9 +1,8 @@
 """Benchmark cases for BERT and RoBERTa: MLM training and inference against `BertForMaskedLM` /
 `RobertaForMaskedLM`, identical weights through `hf_xfmr.from_transformers`."""
 
-import torch
-
-from .harness import BenchCase, dtype_from_name, register_case
+from .harness import BenchCase, register_case
+from .mlm import mlm_case
 
 # Headline size: a BERT-mini-like encoder with the full BERT vocabulary, so the MLM head matters.
 MLM_SIZES = dict(hidden=256, layers=4, heads=4, ffn=1024, vocab=30522, max_positions=512, batch=8, seq=512)
@@ -30,21 +29,11 @@ def _mlm_case(
     device: str = "cpu",
     seed: int = 0,
 ) -> BenchCase:
-    """Reference `<Arch>ForMaskedLM(config)` with random weights; ours converted from it by
-    `hf_xfmr.from_transformers(ref, task="masked-lm")`. Batch: random ids (special ids excluded),
-    attention mask all ones, and in train mode labels on `mask_prob` of the positions (seeded)."""
+    """Reference `<Arch>ForMaskedLM(config)` with random weights, ours converted from it (see bench/mlm.py)."""
     import transformers
 
-    first_id = 5  # skip [PAD]/<s>/</s>/... so RoBERTa's position ids (derived from padding) are all real
-    if vocab <= first_id:
-        raise ValueError(f"vocab must be > {first_id}, got {vocab}")
-    sizes = dict(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=ffn,
-    )
+    sizes = dict(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                 intermediate_size=ffn)
     if arch == "bert":
         config_cls, model_cls = transformers.BertConfig, transformers.BertForMaskedLM
         sizes["max_position_embeddings"] = max_positions
@@ -53,37 +42,11 @@ def _mlm_case(
         sizes["max_position_embeddings"] = max_positions + 2  # RoBERTa offsets positions by pad_token_id + 1
     else:
         raise ValueError(f"unknown arch {arch!r}")
-    if seq > max_positions:
-        raise ValueError(f"seq ({seq}) must be <= max_positions ({max_positions})")
-
-    def build_pair():
-        import hf_xfmr
-
-        ref = model_cls(config_cls(**sizes))
-        ours = hf_xfmr.from_transformers(ref, task="masked-lm")
-        ours.config.sparse_prediction = sparse_prediction
-        return ours, ref
-
-    def make_batch():
-        g = torch.Generator().manual_seed(seed)
-        input_ids = torch.randint(first_id, vocab, (batch, seq), generator=g)
-        out = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
-        if mode == "train":
-            targets = torch.rand(batch, seq, generator=g) < mask_prob
-            out["labels"] = torch.where(targets, input_ids, torch.full_like(input_ids, -100))
-        return out
-
-    return BenchCase(
-        name=name,
-        build_pair=build_pair,
-        make_batch=make_batch,
-        mode=mode,
-        autocast_dtype=dtype_from_name(dtype),
-        device=device,
-        description=(
-            f"{model_cls.__name__} hidden {hidden}, {layers} layers, {heads} heads, FFN {ffn}, vocab {vocab}; "
-            f"batch {batch} x {seq}; ours sparse_prediction={sparse_prediction}"
-        ),
+    return mlm_case(
+        name, lambda: model_cls(config_cls(**sizes)), mode=mode, dtype=dtype, sparse_prediction=sparse_prediction,
+        vocab=vocab, max_positions=max_positions, batch=batch, seq=seq, mask_prob=mask_prob, device=device,
+        seed=seed, description=f"{model_cls.__name__} hidden {hidden}, {layers} layers, {heads} heads, FFN {ffn}, "
+                               f"vocab {vocab}",
     )
 
 
