@@ -5,9 +5,9 @@ projected once, clear errors."""
 
 import pytest
 import torch
-from torch.testing import assert_close
-from transformers import EncoderDecoderCache
 
+from ._seq2seq import (assert_cached_equals_uncached_and_rows_alone, assert_encoder_and_cross_keys_run_once,
+                       assert_step_by_step_equals_full_forward)
 from ._bart import EOS, pair, padded_batch
 
 NEW = 12
@@ -45,28 +45,14 @@ def test_beam_search_and_sampling_match_the_reference():
 def test_cached_equals_uncached_and_padded_batch_equals_rows_alone():
     _, ours = pair("BartForConditionalGeneration")
     ids, mask = padded_batch()
-    kwargs = dict(max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, **DIVERSE)
-    cached = ours.generate(ids, attention_mask=mask, **kwargs)
-    assert torch.equal(ours.generate(ids, attention_mask=mask, use_cache=False, **kwargs), cached)
-    for row in range(ids.shape[0]):
-        alone = ours.generate(ids[row:row + 1, mask[row].bool()], **kwargs)
-        assert torch.equal(alone[0], cached[row]), row
+    assert_cached_equals_uncached_and_rows_alone(ours, ids, mask, max_new_tokens=NEW, min_new_tokens=NEW,
+                                                 do_sample=False, **DIVERSE)
 
 
 def test_encoder_runs_once_and_cross_attention_keys_are_projected_once():
     _, ours = pair("BartForConditionalGeneration")
     ids, mask = padded_batch()
-    calls = {"encoder": 0, "cross_k": 0, "self_k": 0}
-
-    def counter(name):
-        def hook(module, args, output):
-            calls[name] += 1
-        return hook
-    ours.model.encoder.register_forward_hook(counter("encoder"))
-    ours.model.decoder.layers[0].cross_attn.k_proj.register_forward_hook(counter("cross_k"))
-    ours.model.decoder.layers[0].attn.k_proj.register_forward_hook(counter("self_k"))
-    ours.generate(ids, attention_mask=mask, max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False)
-    assert calls == {"encoder": 1, "cross_k": 1, "self_k": NEW}
+    assert_encoder_and_cross_keys_run_once(ours, ids, mask, NEW)
 
 
 def test_decoding_step_by_step_with_a_cache_equals_one_full_forward():
@@ -74,17 +60,7 @@ def test_decoding_step_by_step_with_a_cache_equals_one_full_forward():
     ids, mask = padded_batch()
     decoder_ids = torch.randint(3, 99, (3, 7))
     decoder_ids[:, 0] = EOS
-    with torch.no_grad():
-        full = ours(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
-        out = ours(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids[:, :3], use_cache=True)
-        assert isinstance(out.cache, EncoderDecoderCache) and out.cache.get_seq_length() == 3
-        steps, cache = [out.logits], out.cache
-        encoder_outputs = (out.encoder_last_hidden_state,)
-        for t in range(3, 7):
-            out = ours(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=decoder_ids[:, t:t + 1],
-                       past_key_values=cache)
-            steps.append(out.logits)
-    assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert_step_by_step_equals_full_forward(ours, ids, mask, decoder_ids)
 
 
 def test_causal_lm_cached_equals_uncached():

@@ -19,6 +19,7 @@ from hf_xfmr.models.t5 import (
     XfmrT5Model,
 )
 
+from ._seq2seq import assert_checkpointing_and_eager_keep_the_step, assert_dropout_only_in_training
 from ._t5 import padded_batch, padded_labels
 
 
@@ -119,38 +120,15 @@ def test_gradient_checkpointing_and_eager_equal_the_default():
     model = XfmrT5ForConditionalGeneration(tiny("tiny-v1.1", dropout_rate=0.0)).train()
     ids, mask = padded_batch()
     labels, decoder_mask = padded_labels()
-
-    def step():
-        model.zero_grad()
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels, decoder_attention_mask=decoder_mask).loss
-        loss.backward()
-        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
-    loss, grads = step()
-    model.gradient_checkpointing_enable()
-    loss_ckpt, grads_ckpt = step()
-    model.gradient_checkpointing_disable()
-    model.set_attn_implementation("eager")
-    loss_eager, grads_eager = step()
-    for other_loss, other in ((loss_ckpt, grads_ckpt), (loss_eager, grads_eager)):
-        assert_close(other_loss, loss, atol=1e-6, rtol=1e-6)
-        for name, grad in grads.items():
-            assert_close(other[name], grad, atol=1e-6, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+    inputs = dict(input_ids=ids, attention_mask=mask, labels=labels, decoder_attention_mask=decoder_mask)
+    assert_checkpointing_and_eager_keep_the_step(model, inputs)
 
 
 def test_dropout_is_active_in_training_only():
     model = XfmrT5ForConditionalGeneration(tiny(dropout_rate=0.3))
     ids, mask = padded_batch()
     labels, _ = padded_labels()
-    model.train()
-    torch.manual_seed(1)
-    a = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-    torch.manual_seed(2)
-    b = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-    assert not torch.equal(a, b)
-    model.eval()
-    c = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-    d = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-    assert torch.equal(c, d)
+    assert_dropout_only_in_training(model, dict(input_ids=ids, attention_mask=mask, labels=labels))
 
 
 def test_output_attentions_and_hidden_states():
