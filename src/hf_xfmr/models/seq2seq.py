@@ -7,6 +7,9 @@
 - `EncoderEntry`: what `get_encoder()` returns. transformers' `generate` calls it once with the
   prompt and then only the decoder, step by step, with the encoder output, a self-attention cache and
   the cross-attention keys/values computed on the first step (an `EncoderDecoderCache`).
+- `Seq2SeqAttention`: the query/key/value projections and the KV cache of an encoder-decoder attention
+  layer: self-attention appends to the self-attention cache; cross-attention projects the encoder output
+  on the first decoding step, keeps it in the cross-attention cache and reuses it afterwards.
 - `DecoderInputsFromInputs` and `EosClassifier`: what the classification and QA heads of T5 and BART
   share (the decoder reads the input shifted right; dense -> tanh -> out_proj on the last <eos> state).
 - `Seq2SeqLMHead`: backbone (`self.model`, returning a `Seq2SeqModelOutput`), then `lm_head`; the loss
@@ -25,6 +28,7 @@ Shapes: B batch, S encoder tokens, T decoder tokens, C hidden size, V vocabulary
 
 import torch
 from torch import nn
+from transformers.cache_utils import EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
 from ..layers.dropout import Dropout
@@ -81,6 +85,39 @@ class EncoderEntry:
                          output_attentions=output_attentions, output_hidden_states=output_hidden_states)
 
     __call__ = forward
+
+
+class Seq2SeqAttention(nn.Module):
+    """Base of T5's and BART's attention: `q_proj`, `k_proj`, `v_proj` (set by the subclass), `num_heads`,
+    `head_dim`, `layer_idx`, `is_cross_attention`, and the projections with the cache."""
+
+    def _project(self, proj, states):
+        batch, length, _ = states.shape
+        return proj(states).view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, D)
+
+    def queries_keys_values(self, hidden_states, key_value_states=None, past_key_values=None):
+        """hidden_states (B, T, C); key_value_states (B, S, C) for cross-attention; `past_key_values` an
+        `EncoderDecoderCache`, a plain cache (a decoder-only model's self-attention), or None.
+        Returns q (B, H, T, D) and k, v (B, H, K, D): K = S (cross) or P + T (self, P cached tokens)."""
+        q = self._project(self.q_proj, hidden_states)  # (B, H, T, D)
+        encoder_decoder = isinstance(past_key_values, EncoderDecoderCache)
+        if self.is_cross_attention:
+            cache = past_key_values.cross_attention_cache if encoder_decoder else None
+            if cache is not None and past_key_values.is_updated.get(self.layer_idx):
+                # encoder keys/values were projected on the first decoding step; reuse them
+                return q, cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values  # (B, H, S, D)
+            k = self._project(self.k_proj, key_value_states)  # (B, H, S, D)
+            v = self._project(self.v_proj, key_value_states)  # (B, H, S, D)
+            if cache is not None:
+                k, v = cache.update(k, v, self.layer_idx)
+                past_key_values.is_updated[self.layer_idx] = True
+            return q, k, v
+        k = self._project(self.k_proj, hidden_states)  # (B, H, T, D)
+        v = self._project(self.v_proj, hidden_states)  # (B, H, T, D)
+        if past_key_values is not None:
+            cache = past_key_values.self_attention_cache if encoder_decoder else past_key_values
+            k, v = cache.update(k, v, self.layer_idx)  # (B, H, P + T, D) each
+        return q, k, v
 
 
 class DecoderInputsFromInputs:

@@ -56,13 +56,14 @@ from ..generation import (
 )
 from ..heads import QuestionAnsweringHead, SequenceClassificationHead
 from ..input_checks import check_encoder_inputs
-from ..seq2seq import DecoderInputsFromInputs, EncoderEntry, EosClassifier, Seq2SeqLMHead, shift_tokens_right
+from ..seq2seq import (DecoderInputsFromInputs, EncoderEntry, EosClassifier, Seq2SeqAttention, Seq2SeqLMHead,
+                       shift_tokens_right)
 from .configuration_bart import XfmrBartConfig
 
 POSITION_OFFSET = 2  # fairseq's learned position tables start at row 2 (rows 0-1 were reserved for padding)
 
 
-class XfmrBartAttention(nn.Module):
+class XfmrBartAttention(Seq2SeqAttention):
     """Multi-head attention with biases: self-attention (a KV cache in the decoder) or cross-attention over
     the encoder output (its keys/values projected once per generation and kept in the cache)."""
 
@@ -80,39 +81,16 @@ class XfmrBartAttention(nn.Module):
         self.v_proj = nn.Linear(config.d_model, config.d_model)
         self.o_proj = nn.Linear(config.d_model, config.d_model)
 
-    def _project(self, proj, states):
-        batch, length, _ = states.shape
-        return proj(states).view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, D)
-
     def forward(self, hidden_states, attention_mask=None, is_causal=False, key_value_states=None,
                 past_key_values=None, output_attentions=False):
         """`attention_mask`: bool (True = attend), broadcastable to (B, H, T, K), or None. `is_causal`: no mask
         tensor, the causal constraint alone. `key_value_states` (B, S, C): the encoder output (cross-attention)."""
         batch, seq_len, _ = hidden_states.shape
-        q = self._project(self.q_proj, hidden_states)  # (B, H, T, D)
-        encoder_decoder = isinstance(past_key_values, EncoderDecoderCache)
-        if self.is_cross_attention:
-            cache = past_key_values.cross_attention_cache if encoder_decoder else None
-            if cache is not None and past_key_values.is_updated.get(self.layer_idx):
-                # encoder keys/values were projected on the first decoding step; reuse them
-                k, v = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values  # (B, H, S, D)
-            else:
-                k = self._project(self.k_proj, key_value_states)  # (B, H, S, D)
-                v = self._project(self.v_proj, key_value_states)  # (B, H, S, D)
-                if cache is not None:
-                    k, v = cache.update(k, v, self.layer_idx)
-                    past_key_values.is_updated[self.layer_idx] = True
-        else:
-            k = self._project(self.k_proj, hidden_states)  # (B, H, T, D)
-            v = self._project(self.v_proj, hidden_states)  # (B, H, T, D)
-            if past_key_values is not None:
-                cache = past_key_values.self_attention_cache if encoder_decoder else past_key_values
-                k, v = cache.update(k, v, self.layer_idx)  # (B, H, P + T, D) each
-
+        q, k, v = self.queries_keys_values(hidden_states, key_value_states, past_key_values)  # (B, H, T|K, D)
         implementation = "eager" if output_attentions else self.config._attn_implementation
         dropout = self.dropout_p if self.training else 0.0
         if dropout > 0.0 and q.device.type == "cpu" and q.dtype == torch.float32 and implementation in ATTENTION_KERNELS:
-            # CPU training: torch has no fused kernel with dropout; this one keeps one (B, H, T, K) tensor, not three
+            # CPU training: torch has no fused kernel with dropout; this one keeps two (B, H, T, K) tensors, not three
             if is_causal:
                 attention_mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)  # (T, P + T)
             out, weights = attention_with_dropout(q, k, v, attention_mask, scaling=self.scaling, p=dropout), None

@@ -28,7 +28,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
-from transformers.cache_utils import EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqModelOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -43,11 +42,11 @@ from ...layers.relative_bias import relative_position_bias
 from ..generation import cached_length, prepare_cache
 from ..heads import QuestionAnsweringHead, SequenceClassificationHead, TokenClassificationHead
 from ..input_checks import check_encoder_inputs
-from ..seq2seq import DecoderInputsFromInputs, EncoderEntry, EosClassifier, Seq2SeqLMHead
+from ..seq2seq import DecoderInputsFromInputs, EncoderEntry, EosClassifier, Seq2SeqAttention, Seq2SeqLMHead
 from .configuration_t5 import XfmrT5Config
 
 
-class XfmrT5Attention(nn.Module):
+class XfmrT5Attention(Seq2SeqAttention):
     """Multi-head attention without score scaling; self-attention (with a KV cache in the decoder) or
     cross-attention over the encoder output (its keys/values cached once per generation)."""
 
@@ -70,38 +69,16 @@ class XfmrT5Attention(nn.Module):
         self.k_proj.init_std = self.v_proj.init_std = factor * config.d_model**-0.5
         self.o_proj.init_std = factor * inner**-0.5
 
-    def _project(self, proj, states):
-        batch, length, _ = states.shape
-        return proj(states).view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, D)
-
     def forward(self, hidden_states, attention_mask=None, key_value_states=None, past_key_values=None,
                 output_attentions=False):
         """`attention_mask`: bool (True = attend) or additive float, broadcastable to (B, H, T, K).
         `key_value_states` (B, S, C): the encoder output, for cross-attention."""
         batch, seq_len, _ = hidden_states.shape
-        q = self._project(self.q_proj, hidden_states)  # (B, H, T, D)
-        if self.is_cross_attention:
-            cache = past_key_values.cross_attention_cache if past_key_values is not None else None
-            if cache is not None and past_key_values.is_updated.get(self.layer_idx):
-                # encoder keys/values were projected on the first decoding step; reuse them
-                k, v = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values  # (B, H, S, D)
-            else:
-                k = self._project(self.k_proj, key_value_states)  # (B, H, S, D)
-                v = self._project(self.v_proj, key_value_states)  # (B, H, S, D)
-                if cache is not None:
-                    k, v = cache.update(k, v, self.layer_idx)
-                    past_key_values.is_updated[self.layer_idx] = True
-        else:
-            k = self._project(self.k_proj, hidden_states)  # (B, H, T, D)
-            v = self._project(self.v_proj, hidden_states)  # (B, H, T, D)
-            if past_key_values is not None:
-                cache = past_key_values.self_attention_cache
-                k, v = cache.update(k, v, self.layer_idx)  # (B, H, P + T, D) each
-
+        q, k, v = self.queries_keys_values(hidden_states, key_value_states, past_key_values)  # (B, H, T|K, D)
         implementation = "eager" if output_attentions else self.config._attn_implementation
         dropout = self.dropout_p if self.training else 0.0
         if dropout > 0.0 and q.device.type == "cpu" and q.dtype == torch.float32 and implementation in ATTENTION_KERNELS:
-            # CPU training: torch has no fused kernel with dropout; this one keeps one (B, H, T, K) tensor, not three
+            # CPU training: torch has no fused kernel with dropout; this one keeps two (B, H, T, K) tensors, not three
             out, weights = attention_with_dropout(q, k, v, attention_mask, scaling=1.0, p=dropout), None
         elif implementation == "sdpa":
             # The stack's masks are finite (finfo.min, never -inf) and every query sees a key (its own position,
