@@ -16,9 +16,10 @@ def test_keep_rate_and_scaling_match_the_bernoulli_definition(p):
     assert torch.allclose(y[kept], torch.full_like(y[kept], 1 / (1 - p)))
 
 
-def test_gradient_uses_the_same_mask_and_scale():
+@pytest.mark.parametrize("size", [64, 256])  # F.dropout below 2^14 elements, ours above
+def test_gradient_uses_the_same_mask_and_scale(size):
     torch.manual_seed(0)
-    x = torch.randn(64, 64, requires_grad=True)
+    x = torch.randn(size, size, requires_grad=True)
     y = dropout(x, 0.3, training=True)
     y.backward(torch.ones_like(y))
     kept = y.detach() != 0
@@ -26,13 +27,15 @@ def test_gradient_uses_the_same_mask_and_scale():
     assert torch.allclose(x.grad[kept], torch.full_like(x.grad[kept], 1 / 0.7))
 
 
-def test_seeded_reproducible_and_identity_when_inactive():
-    x = torch.randn(32, 32)
+@pytest.mark.parametrize("size", [32, 256])
+def test_seeded_reproducible_and_identity_when_inactive(size):
+    x = torch.randn(size, size)
     torch.manual_seed(3)
     a = dropout(x, 0.2)
     torch.manual_seed(3)
     b = dropout(x, 0.2)
     assert torch.equal(a, b)
+    assert not torch.equal(dropout(x, 0.2), a)
     assert dropout(x, 0.2, training=False) is x
     assert dropout(x, 0.0) is x
     module = Dropout(0.2).eval()
@@ -54,7 +57,7 @@ def test_float_mask_bool_mask_and_dropout_come_from_the_same_draws():
 
 
 def test_dropout_keeps_one_byte_per_element_for_backward():
-    x = torch.randn(64, 64, requires_grad=True)
+    x = torch.randn(256, 256, requires_grad=True)
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         dropout(x, 0.3)
@@ -72,11 +75,13 @@ def test_draws_are_uniform_31_bit_integers():
     torch.manual_seed(0)
     assert torch.equal(random_draws((1_000_000,)).double(), draws)
     assert not torch.equal(random_draws((1_000_000,)).double(), draws)  # the generator moved on
+    small = random_draws((1000,))  # below 2^16 elements: torch's own generator, the same range
+    assert small.dtype == torch.int32 and small.min() >= 0 and small.float().mean() > 2**29
 
 
 def test_other_dtypes_keep_their_dtype_and_mask():
     for dtype in (torch.float64, torch.bfloat16):
-        x = torch.randn(64, 64, dtype=dtype, requires_grad=True)
+        x = torch.randn(256, 256, dtype=dtype, requires_grad=True)
         y = dropout(x, 0.3)
         assert y.dtype == dtype
         y.backward(torch.ones_like(y))
@@ -85,6 +90,7 @@ def test_other_dtypes_keep_their_dtype_and_mask():
 
 
 def test_a_rate_too_small_to_resolve_drops_nothing():
-    x = torch.randn(1000)
+    x = torch.randn(100_000)
     assert torch.equal(dropout(x, 1e-12), x * (1 / (1 - 1e-12)))
     assert torch.equal(keep_mask((1000,), 1e-12), torch.full((1000,), 1 / (1 - 1e-12)))
+    assert keep_bool((100_000,), 1e-12).all()

@@ -14,8 +14,9 @@ keep probability is exact to 2^-31):
   three in-place integer passes and no comparison, for kernels that apply a mask once and never keep it
   (`layers.fused_dropout`).
 
-Off CPU, under `torch.compile` (dynamo cannot trace numpy; inductor generates its own fused dropout),
-and whenever dropout is inactive, this is plain `F.dropout`.
+Off CPU, for small tensors (fewer than 2^14 elements, where fixed costs dominate), under `torch.compile`
+(dynamo cannot trace numpy; inductor generates its own fused dropout), and whenever dropout is inactive,
+this is plain `F.dropout`.
 """
 
 import struct
@@ -26,6 +27,10 @@ import torch.nn.functional as F
 from torch import nn
 
 _RANDOM_BITS = 31  # every draw is uniform in [0, 2^31)
+# Below these sizes the fixed costs (seeding numpy's generator ~20 us, an autograd Function ~20 us) outweigh
+# the savings: smaller draws come from `Tensor.random_()`, and smaller tensors go to `F.dropout`.
+_NUMPY_MIN_NUMEL = 2**16
+_FAST_DROPOUT_MIN_NUMEL = 2**14
 
 
 def _keep_threshold(p: float) -> int:
@@ -36,8 +41,8 @@ def _keep_threshold(p: float) -> int:
 def random_draws(shape, device=None) -> torch.Tensor:
     """int32 (shape) uniform in [0, 2^31), seeded from torch's default generator."""
     numel = int(np.prod(shape, dtype=np.int64))
-    if torch.device(device or "cpu").type != "cpu" or numel == 0:
-        return torch.empty(shape, dtype=torch.int32, device=device).random_()
+    if torch.device(device or "cpu").type != "cpu" or numel < _NUMPY_MIN_NUMEL:
+        return torch.empty(shape, dtype=torch.int32, device=device).random_()  # uniform in [0, 2^31)
     seed = int(torch.empty((), dtype=torch.int64).random_())
     words = np.random.PCG64DXSM(seed).random_raw((numel + 1) // 2)  # 64 random bits per 2 elements
     draws = torch.from_numpy(words.view(np.int32)[:numel]).view(shape)  # uniform over all int32 values
@@ -86,7 +91,8 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     """Zero each element with probability `p` and scale survivors by 1 / (1 - p) (when training)."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or p >= 1.0 or torch.compiler.is_compiling():
+    if (x.device.type != "cpu" or p >= 1.0 or x.numel() < _FAST_DROPOUT_MIN_NUMEL
+            or torch.compiler.is_compiling()):
         return F.dropout(x, p, training=True)
     return _CPUDropout.apply(x, p)
 
