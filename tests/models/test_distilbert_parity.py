@@ -11,6 +11,7 @@ from torch.testing import assert_close
 
 import hf_xfmr
 from hf_xfmr.models.conversion import convert_state_dict
+from ._parity import grads_of, outputs_of, with_task_labels
 
 ATOL, RTOL = 1e-5, 1e-5
 VOCAB = 99
@@ -44,24 +45,7 @@ def padded_batch(batch=3, seq_len=11, seed=0):
 
 def make_inputs(task, seed=0):
     ids, mask = padded_batch(seed=seed)
-    g = torch.Generator().manual_seed(seed + 1)
-    inputs = dict(input_ids=ids, attention_mask=mask)
-    batch, seq_len = ids.shape
-    if task == "masked-lm":
-        chosen = (torch.rand(ids.shape, generator=g) < 0.3) & (mask == 1)
-        chosen[0, 0] = True
-        inputs["labels"] = torch.where(chosen, ids, -100)
-    elif task == "sequence-classification":
-        inputs["labels"] = torch.randint(0, 3, (batch,), generator=g)
-    elif task == "token-classification":
-        inputs["labels"] = torch.randint(0, 3, (batch, seq_len), generator=g).masked_fill(mask == 0, -100)
-    elif task == "question-answering":
-        inputs["start_positions"] = torch.randint(0, 4, (batch,), generator=g)
-        inputs["end_positions"] = torch.tensor([5, 6, 30])  # the last one is out of range: ignored
-    elif task == "multiple-choice":
-        inputs = {k: torch.stack([v, v.roll(1, dims=1)], dim=1) for k, v in inputs.items()}  # (B, K=2, T)
-        inputs["labels"] = torch.randint(0, 2, (batch,), generator=g)
-    return inputs
+    return with_task_labels(dict(input_ids=ids, attention_mask=mask), task, seed + 1)
 
 
 def build_pair(task, attn="sdpa", **overrides):
@@ -72,20 +56,6 @@ def build_pair(task, attn="sdpa", **overrides):
     assert type(ours).__name__ == "Xfmr" + HEADS[task]
     assert ours.config._attn_implementation == attn
     return ref, ours
-
-
-def outputs_of(output):
-    named = {}
-    for key, value in output.items():
-        if isinstance(value, torch.Tensor):
-            named[key] = value
-        elif isinstance(value, tuple):
-            named.update({f"{key}.{i}": v for i, v in enumerate(value)})
-    return named
-
-
-def grads_of(model):
-    return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
 
 
 def check_outputs_and_gradients(ref, ours, task, inputs, attn):

@@ -16,6 +16,7 @@ from hf_xfmr.data import DataCollatorForCLM
 from hf_xfmr.models.conversion import convert_state_dict
 
 from ._gpt import EOS, PAD, VOCAB, padded_batch, tiny_gpt2_config
+from ._parity import grads_of, outputs_of, with_task_labels
 
 ATOL, RTOL = 1e-5, 1e-5
 
@@ -30,19 +31,7 @@ HEADS = {
 
 def make_inputs(task, seed=0):
     ids, mask = padded_batch(seed=seed)
-    g = torch.Generator().manual_seed(seed + 1)
-    inputs = dict(input_ids=ids, attention_mask=mask)
-    batch, seq_len = ids.shape
-    if task == "causal-lm":
-        inputs["labels"] = ids.masked_fill(mask == 0, -100)
-    elif task == "sequence-classification":
-        inputs["labels"] = torch.randint(0, 3, (batch,), generator=g)
-    elif task == "token-classification":
-        inputs["labels"] = torch.randint(0, 3, (batch, seq_len), generator=g).masked_fill(mask == 0, -100)
-    elif task == "question-answering":
-        inputs["start_positions"] = torch.randint(0, 4, (batch,), generator=g)
-        inputs["end_positions"] = torch.tensor([5, 6, 30])  # the last one is out of range: ignored
-    return inputs
+    return with_task_labels(dict(input_ids=ids, attention_mask=mask), task, seed + 1)
 
 
 def build_pair(task, attn, **overrides):
@@ -58,22 +47,8 @@ def build_pair(task, attn, **overrides):
     return ref, ours
 
 
-def tensors_of(output):
-    named = {}
-    for key, value in output.items():
-        if isinstance(value, torch.Tensor):
-            named[key] = value
-        elif isinstance(value, tuple):
-            named.update({f"{key}.{i}": v for i, v in enumerate(value)})
-    return named
-
-
-def grads_of(model):
-    return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
-
-
 def assert_same_outputs(ref_out, our_out, skip=()):
-    ref_named, our_named = tensors_of(ref_out), tensors_of(our_out)
+    ref_named, our_named = outputs_of(ref_out), outputs_of(our_out)
     assert set(ref_named) - set(skip) == set(our_named) - set(skip)
     for key in set(ref_named) - set(skip):
         assert_close(our_named[key], ref_named[key], atol=ATOL, rtol=RTOL, msg=lambda m: f"{key}: {m}")

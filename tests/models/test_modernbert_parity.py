@@ -13,6 +13,8 @@ from torch.testing import assert_close
 import hf_xfmr
 from hf_xfmr.models.conversion import convert_state_dict
 
+from ._parity import grads_of
+
 ATOL, RTOL = 1e-5, 1e-5
 VOCAB = 99
 HEADS = {
@@ -79,10 +81,6 @@ def build_pair(task, attn, **overrides):
 def real_positions(inputs):
     mask = inputs["attention_mask"]
     return mask.reshape(-1, mask.shape[-1]).bool()  # (B or B*K, T)
-
-
-def grads_of(model):
-    return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
 
 
 def reference_qa_loss(ref_out, inputs):

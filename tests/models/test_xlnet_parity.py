@@ -13,6 +13,8 @@ from torch.testing import assert_close
 import hf_xfmr
 from hf_xfmr.models.conversion import convert_state_dict
 
+from ._parity import grads_of
+
 ATOL, RTOL = 1e-5, 1e-5
 VOCAB = 97
 
@@ -98,10 +100,6 @@ def add_labels(task, inputs, gen_seed=5):
         inputs["start_positions"] = torch.randint(0, seq_len, (batch,), generator=gen)
         inputs["end_positions"] = torch.randint(0, seq_len, (batch,), generator=gen)
     return inputs
-
-
-def grads_of(model):
-    return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
 
 
 def assert_grads_match(ref, ours, task):
