@@ -6,6 +6,7 @@ from hf_xfmr.layers.attention import (
     attention_kernel,
     eager_attention_forward,
     flash_varlen_attention,
+    resolve_kernel,
     sdpa_attention_forward,
     varlen_attention_reference,
 )
@@ -236,6 +237,20 @@ def test_attention_kernel_lookup():
         attention_kernel("nope")
     for name in ("'nope'", "eager", "sdpa", "flash_attention_2"):
         assert name in str(err.value)
+
+
+def test_models_resolve_ours_first_then_transformers_registry():
+    from transformers import AttentionInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    assert resolve_kernel("eager") is eager_attention_forward
+    assert resolve_kernel("sdpa") is sdpa_attention_forward
+    assert resolve_kernel("flex_attention") is ALL_ATTENTION_FUNCTIONS["flex_attention"]
+
+    def custom(module, query, key, value, attention_mask, **kwargs):
+        return eager_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    AttentionInterface.register("hf_xfmr_test_custom", custom)
+    assert resolve_kernel("hf_xfmr_test_custom") is custom
 
 
 def test_flash_attention_missing_gives_install_hint():

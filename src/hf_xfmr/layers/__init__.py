@@ -11,6 +11,7 @@ from .attention import (
     flash_attention_forward,
     flash_varlen_attention,
     local_attention,
+    resolve_kernel,
     sdpa_attention_forward,
     varlen_attention,
     varlen_attention_reference,

@@ -118,6 +118,16 @@ def sdpa_attention_forward(
 ATTENTION_KERNELS = {"eager": eager_attention_forward, "sdpa": sdpa_attention_forward}
 
 
+def resolve_kernel(implementation: str):
+    """The kernel for a config's `_attn_implementation`: ours for "eager" and "sdpa", any other name
+    (flex, a custom registration) from transformers' registry, with ours eager where it has none."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    return ATTENTION_KERNELS.get(implementation) or ALL_ATTENTION_FUNCTIONS.get_interface(
+        implementation, eager_attention_forward
+    )
+
+
 def _import_flash_attn():
     """Import flash_attn on demand: it is an optional, CUDA-only dependency."""
     try:

@@ -38,9 +38,8 @@ from transformers import PreTrainedModel
 from transformers.cache_utils import EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPast, Seq2SeqModelOutput
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from ...layers.attention import ATTENTION_KERNELS, eager_attention_forward
+from ...layers.attention import ATTENTION_KERNELS, resolve_kernel
 from ...layers.dropout import Dropout
 from ...layers.fused_dropout import attention_with_dropout
 from ...layers.init import normal_init_
@@ -95,10 +94,7 @@ class XfmrBartAttention(Seq2SeqAttention):
                 attention_mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)  # (T, P + T)
             out, weights = attention_with_dropout(q, k, v, attention_mask, scaling=self.scaling, p=dropout), None
         else:
-            # Our eager/sdpa kernels (layers/attention.py) first; any other registered kernel (flex, custom) as is.
-            attention = ATTENTION_KERNELS.get(implementation) or ALL_ATTENTION_FUNCTIONS.get_interface(
-                implementation, eager_attention_forward
-            )
+            attention = resolve_kernel(implementation)
             out, weights = attention(self, q, k, v, attention_mask, scaling=self.scaling, dropout=dropout,
                                      is_causal=is_causal)
         out = out.reshape(batch, seq_len, -1)  # (B, T, H, D) -> (B, T, C)

@@ -25,9 +25,8 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ModelOutput
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from ...layers.attention import ATTENTION_KERNELS, eager_attention_forward, varlen_attention
+from ...layers.attention import resolve_kernel, varlen_attention
 from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
 from ...layers.masks import padding_mask
@@ -97,10 +96,7 @@ class XfmrBertAttention(nn.Module):
     def forward(self, hidden_states, attention_mask=None, output_attentions=False, varlen=None):
         """Padded (B, T, C) with a mask, or unpadded (N, C) with `varlen` (a VarlenBatch)."""
         implementation = "eager" if output_attentions else self.config._attn_implementation
-        # Our eager/sdpa kernels (layers/attention.py) first; any other registered kernel (flex, custom) as is.
-        attention = ATTENTION_KERNELS.get(implementation) or ALL_ATTENTION_FUNCTIONS.get_interface(
-            implementation, eager_attention_forward
-        )
+        attention = resolve_kernel(implementation)
         if varlen is not None:
             shape = (hidden_states.shape[0], self.num_heads, self.head_dim)
             q, k, v = (proj(hidden_states).view(shape) for proj in (self.q_proj, self.k_proj, self.v_proj))  # (N, H, D)

@@ -28,9 +28,8 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from ...layers.attention import ATTENTION_KERNELS, eager_attention_forward
+from ...layers.attention import resolve_kernel
 from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
 from ...layers.masks import padding_mask
@@ -108,10 +107,7 @@ class XfmrDistilBertAttention(nn.Module):
         v = self.v_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
 
         implementation = "eager" if output_attentions else self.config._attn_implementation
-        # Our eager/sdpa kernels (layers/attention.py) first; any other registered kernel (flex, custom) as is.
-        attention = ATTENTION_KERNELS.get(implementation) or ALL_ATTENTION_FUNCTIONS.get_interface(
-            implementation, eager_attention_forward
-        )
+        attention = resolve_kernel(implementation)
         out, weights = attention(
             self, q, k, v, attention_mask,
             scaling=self.scaling, dropout=self.dropout_p if self.training else 0.0,

@@ -32,9 +32,8 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from ...layers.attention import ATTENTION_KERNELS, eager_attention_forward
+from ...layers.attention import resolve_kernel
 from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
 from ...layers.masks import decoder_attention_mask
@@ -113,10 +112,7 @@ class XfmrGPTAttention(nn.Module):
         if self.upcast:  # reorder_and_upcast_attn: the whole softmax(q k^T) v in float32
             q, k, v = q.float(), k.float(), v.float()
         implementation = "eager" if output_attentions else self.config._attn_implementation
-        # Our eager/sdpa kernels (layers/attention.py) first; any other registered kernel (flex, custom) as is.
-        attention = ATTENTION_KERNELS.get(implementation) or ALL_ATTENTION_FUNCTIONS.get_interface(
-            implementation, eager_attention_forward
-        )
+        attention = resolve_kernel(implementation)
         out, weights = attention(
             self, q, k, v, attention_mask,
             scaling=self.scaling, dropout=self.dropout_p if self.training else 0.0, is_causal=is_causal,

@@ -29,14 +29,8 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from ...layers.attention import (
-    ATTENTION_KERNELS,
-    eager_attention_forward,
-    flash_varlen_attention,
-    varlen_attention,
-)
+from ...layers.attention import flash_varlen_attention, resolve_kernel, varlen_attention
 from ...layers.cross_entropy import linear_cross_entropy
 from ...layers.dropout import Dropout
 from ...layers.init import truncated_normal_init_
@@ -104,10 +98,7 @@ class XfmrModernBertAttention(nn.Module):
 
     def kernel(self, output_attentions=False):
         implementation = "eager" if output_attentions else self.config._attn_implementation
-        # Our eager/sdpa kernels (layers/attention.py) first; any other registered kernel as is.
-        return ATTENTION_KERNELS.get(implementation) or ALL_ATTENTION_FUNCTIONS.get_interface(
-            implementation, eager_attention_forward
-        )
+        return resolve_kernel(implementation)
 
     def forward(self, hidden_states, cos, sin, varlen=None, attention_mask=None, output_attentions=False):
         """Unpadded: hidden_states (N, C) with `varlen` (a VarlenBatch). Padded: (B, T, C) with a bool mask."""

@@ -30,9 +30,8 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqModelOutput
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from ...layers.attention import ATTENTION_KERNELS, eager_attention_forward
+from ...layers.attention import ATTENTION_KERNELS, resolve_kernel
 from ...layers.dropout import Dropout
 from ...layers.fused_dropout import attention_with_dropout, relu_dropout
 from ...layers.masks import causal_mask
@@ -88,10 +87,7 @@ class XfmrT5Attention(Seq2SeqAttention):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=dropout, scale=1.0)
             out, weights = out.transpose(1, 2), None  # (B, T, H, D)
         else:
-            # Our eager/sdpa kernels (layers/attention.py) first; any other registered kernel (flex, custom) as is.
-            attention = ATTENTION_KERNELS.get(implementation) or ALL_ATTENTION_FUNCTIONS.get_interface(
-                implementation, eager_attention_forward
-            )
+            attention = resolve_kernel(implementation)
             out, weights = attention(self, q, k, v, attention_mask, scaling=1.0, dropout=dropout)
         out = out.reshape(batch, seq_len, -1)  # (B, T, H, D) -> (B, T, H * D)
         return self.o_proj(out), weights
