@@ -5,11 +5,11 @@
 """
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 import torch
+
+from .collators import interleaved_medians
 
 
 def text_infilling_per_example(examples, mask_token_id: int, bos_token_id: int, eos_token_id: int,
@@ -62,15 +62,9 @@ def benchmark_text_infilling(batch_size: int = 8, text_length: int = 510, repeat
     special = dict(mask_token_id=4, bos_token_id=0, eos_token_id=2, pad_token_id=1)
     ours = DataCollatorForTextInfilling(**special, seed=0)
     fns = {"ours": ours, "per-example": lambda b: text_infilling_per_example(b, **special, generator=g)}
-    times = {name: [] for name in fns}
-    for i in range(warmup + repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            out = fn(batches[i % len(batches)])
-            if i >= warmup:
-                times[name].append(time.perf_counter() - start)
-            assert out["labels"].shape == (batch_size, text_length + 2)
-    medians = {name: statistics.median(t) for name, t in times.items()}
+    for fn in fns.values():
+        assert fn(batches[0])["labels"].shape == (batch_size, text_length + 2)
+    medians = interleaved_medians(fns, batches, repeats, warmup)
     return {"collator": "text infilling (BART)", "batch_size": batch_size, "text_tokens": text_length,
             **{f"{name}_examples_per_s": batch_size / medians[name] for name in fns},
             "speedup": medians["per-example"] / medians["ours"]}

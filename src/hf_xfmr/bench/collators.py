@@ -43,7 +43,9 @@ def _rows(tokenizer, seq_len: int, n: int, xlnet: bool) -> list[dict]:
     return (rows * (n // max(1, len(rows)) + 1))[:n]
 
 
-def _interleaved(fns: dict, batches: list, repeats: int, warmup: int) -> dict[str, float]:
+def interleaved_medians(fns: dict, batches: list, repeats: int, warmup: int) -> dict[str, float]:
+    """Median seconds per call of each of `fns` (name -> callable on a batch), the calls interleaved
+    (one of each per round, cycling through `batches`) after `warmup` untimed rounds."""
     times = {k: [] for k in fns}
     for i in range(warmup + repeats):
         for name, fn in fns.items():
@@ -99,7 +101,7 @@ def benchmark_collators(batch_size: int = 8, seq_len: int = 512, repeats: int = 
         ]
         results = []
         for name, ref_name, ours, ref, batches in cases:
-            t = _interleaved({"ours": ours, "ref": ref}, batches, repeats, warmup)
+            t = interleaved_medians({"ours": ours, "ref": ref}, batches, repeats, warmup)
             results.append({
                 "name": name, "ours": type(ours).__name__, "reference": ref_name,
                 "batch_size": batch_size, "seq_len": seq_len,

@@ -5,10 +5,10 @@
 """
 
 import argparse
-import statistics
-import time
 
 import torch
+
+from .collators import interleaved_medians
 
 
 def span_corruption_per_example(examples, vocab_size: int, eos_token_id: int, noise_density: float = 0.15,
@@ -56,15 +56,9 @@ def benchmark_span_corruption(batch_size: int = 8, input_length: int = 462, repe
                                                                       generator=g)] for _ in range(8)]
     ours = DataCollatorForSpanCorruption(vocab_size=vocab_size, eos_token_id=1, pad_token_id=0, seed=0)
     fns = {"ours": ours, "per-example": lambda b: span_corruption_per_example(b, vocab_size, 1, generator=g)}
-    times = {name: [] for name in fns}
-    for i in range(warmup + repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            out = fn(batches[i % len(batches)])
-            if i >= warmup:
-                times[name].append(time.perf_counter() - start)
-            assert out["input_ids"].shape[1] == input_length
-    medians = {name: statistics.median(t) for name, t in times.items()}
+    for fn in fns.values():
+        assert fn(batches[0])["input_ids"].shape[1] == input_length
+    medians = interleaved_medians(fns, batches, repeats, warmup)
     return {"collator": "span corruption (T5)", "batch_size": batch_size, "text_tokens": tokens,
             "input_length": input_length,
             **{f"{name}_examples_per_s": batch_size / medians[name] for name in fns},
