@@ -209,6 +209,7 @@ def _add_convert(subparsers) -> None:
 # ----------------------------------------------------------------------------------------------
 
 COLLATORS = "collators"  # pseudo-case: the data collator benchmark (hf_xfmr.bench.collators)
+TRAINER = "trainer-vader"  # pseudo-case: one Trainer epoch on VADER, end to end (hf_xfmr.bench.trainer)
 
 
 def _run_collator_benchmark(args: argparse.Namespace, threads: int, tiny: bool) -> list[dict[str, Any]]:
@@ -219,23 +220,31 @@ def _run_collator_benchmark(args: argparse.Namespace, threads: int, tiny: bool) 
     return benchmark_collators(**sizes, repeats=repeats, warmup=args.warmup, num_threads=threads)
 
 
-def _selected_cases(args: argparse.Namespace) -> tuple[list[tuple[str, dict]], bool, bool]:
-    """(cases with overrides, whether the collator benchmark runs, whether sizes are tiny)."""
+def _run_trainer_benchmark(args: argparse.Namespace, threads: int, tiny: bool) -> list[dict[str, Any]]:
+    from hf_xfmr.bench import trainer
+
+    sizes = trainer.TINY_SIZES if tiny else trainer.SIZES
+    return [trainer.trainer_epoch(**sizes, rounds=args.repeats or 1, num_threads=threads)]
+
+
+def _selected_cases(args: argparse.Namespace) -> tuple[list[tuple[str, dict]], set[str], bool]:
+    """(cases with overrides, the pseudo-cases to run (COLLATORS, TRAINER), whether sizes are tiny)."""
     from hf_xfmr import bench
 
+    pseudo = (COLLATORS, TRAINER)
     if args.cases:
         names = [name for item in args.cases for name in item.split(",") if name]
         public = bench.public_cases()
-        unknown = [n for n in names if n not in public and n != COLLATORS]
+        unknown = [n for n in names if n not in public and n not in pseudo]
         if unknown:
-            known = ", ".join(public + [COLLATORS])
+            known = ", ".join(public + list(pseudo))
             raise CommandError(f"unknown case(s) {', '.join(unknown)}; known: {known} (see --list)")
         overrides = {"tiny": True} if args.tiny else {}
-        return [(n, overrides) for n in names if n != COLLATORS], COLLATORS in names, args.tiny
+        return [(n, overrides) for n in names if n not in pseudo], set(names) & set(pseudo), args.tiny
     suite = args.suite or "all"
     tiny = args.tiny or suite == "quick"
     cases = [(n, {"tiny": True} if tiny else {}) for n, _ in bench.suites()["all"]]
-    return cases, True, tiny
+    return cases, {COLLATORS}, tiny
 
 
 def _run_bench(args: argparse.Namespace) -> int:
@@ -250,6 +259,8 @@ def _run_bench(args: argparse.Namespace) -> int:
         for name in public:
             print(f"{name:<{width}}  {bench.case_summary(name)}")
         print(f"{COLLATORS:<{width}}  data collator throughput, ours vs transformers' (hf_xfmr.bench.collators)")
+        print(f"{TRAINER:<{width}}  one Trainer epoch on the VADER sentences, wall-clock and test accuracy "
+              f"(hf_xfmr.bench.trainer)")
         for suite, cases in bench.suites().items():
             print(f"suite {suite}: {', '.join(n for n, _ in cases)}, {COLLATORS}")
         return 0
@@ -263,7 +274,7 @@ def _run_bench(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else None
     if out is not None and out.exists() and not out.is_dir():
         raise CommandError(f"--output {out} is a file; pass a folder (created if missing)")
-    cases, with_collators, tiny = _selected_cases(args)
+    cases, pseudo, tiny = _selected_cases(args)
     repeats = args.repeats or (3 if tiny else 7)
     # Tiny models gain nothing from threads, and a busy 2-core machine makes OpenMP barriers stall.
     threads = args.threads or (1 if tiny else torch.get_num_threads())
@@ -285,7 +296,17 @@ def _run_bench(args: argparse.Namespace) -> int:
             bench.to_json(results, out / "models.json", suite=args.suite, tiny=tiny)
             (out / "models.md").write_text(table)
 
-    if with_collators:
+    if TRAINER in pseudo:
+        from hf_xfmr.bench.trainer import markdown_table as trainer_table
+
+        rows = _run_trainer_benchmark(args, threads, tiny)
+        text = trainer_table(rows)
+        print(text)
+        if out:
+            bench.to_json(rows, out / "trainer.json")
+            (out / "trainer.md").write_text(text)
+
+    if COLLATORS in pseudo:
         from hf_xfmr.bench.collators import markdown_table
 
         rows = _run_collator_benchmark(args, threads, tiny)
@@ -332,7 +353,8 @@ def _add_bench(subparsers) -> None:
     which.add_argument("--list", action="store_true", help="list the cases and suites, then exit")
     parser.add_argument("--tiny", action="store_true", help="run the chosen cases at the tiny sizes of --suite quick")
     parser.add_argument(
-        "--repeats", type=int, default=None, metavar="N", help="timed steps per side (default: 7, or 3 with tiny sizes)"
+        "--repeats", type=int, default=None, metavar="N",
+        help="timed steps per side (default: 7, or 3 with tiny sizes); trainer-vader: epochs per side (default: 1)"
     )
     parser.add_argument("--warmup", type=int, default=1, metavar="N", help="untimed steps per side before timing (default: 1)")
     parser.add_argument(
