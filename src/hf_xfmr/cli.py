@@ -12,6 +12,7 @@ it, exit status 1. `--debug` (before or after the command name) shows the traceb
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import traceback
@@ -384,6 +385,10 @@ def _run_pretrain(args: argparse.Namespace) -> int:
         raise CommandError(str(err)) from None
     try:
         result = pretrain(settings)
+    except KeyboardInterrupt as err:  # Ctrl-C: say where the run stands and how to continue it
+        if os.environ.get("RANK", "0") == "0":
+            print(_interrupted_message(args, settings, err), file=sys.stderr)
+        return 130
     except CheckpointError as err:
         raise CommandError(f"cannot resume: {err}") from None
     except NonFiniteLossError as err:
@@ -405,6 +410,53 @@ def _run_pretrain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _options_without(options: list[str], names: set[str]) -> list[str]:
+    """`options` without the options `names` (either spelling, `--name=value` or `--name [value]`)."""
+    kept, drop_value = [], False
+    for token in options:
+        if drop_value and not token.startswith("-"):
+            drop_value = False
+            continue
+        drop_value = False
+        flag = token.split("=", 1)[0]
+        if flag.startswith("--") and flag[2:].replace("-", "_") in names:
+            drop_value = "=" not in token
+            continue
+        kept.append(token)
+    return kept
+
+
+def _interrupted_message(args: argparse.Namespace, settings, err: KeyboardInterrupt) -> str:
+    """What `hf-xfmr pretrain` prints after Ctrl-C: the last complete checkpoint and the command that
+    resumes from it (or, before the first checkpoint, the command that starts over)."""
+    import shlex
+
+    from hf_xfmr.training import latest_checkpoint
+    from hf_xfmr.training.logs import LOG_FILE
+
+    output_dir = Path(settings.output_dir)
+    step = getattr(err, "step", None)
+    when = f"after step {step}" if step is not None else "before training started"
+    argv = list(getattr(args, "argv", None) or [])
+    options = argv[argv.index("pretrain") + 1:] if "pretrain" in argv else argv
+    options = _options_without(options, {"resume", "overwrite_output_dir"})
+    checkpoint = latest_checkpoint(output_dir)
+    if checkpoint is not None:
+        head = f"interrupted {when}; the last complete checkpoint is {checkpoint}."
+        todo, extra = "To continue from it, run", ["--resume"]
+    else:
+        save = f"--save_steps {settings.save_steps}" if settings.save_steps else "--save_steps 0: only at the end"
+        head = f"interrupted {when}, before the first checkpoint ({save}): there is nothing to resume."
+        # a log without checkpoints is still an earlier run that pretrain will not overwrite silently
+        todo, extra = "To start again, run", ["--overwrite_output_dir"] if (output_dir / LOG_FILE).exists() else []
+    launcher = [PROG]
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:  # a resumed run needs the same number of processes
+        todo += f" with the same launcher and {world} processes, e.g."
+        launcher = ["accelerate", "launch", "--multi_gpu", "--num_processes", str(world), "-m", "hf_xfmr.cli"]
+    return f"{PROG} pretrain: {head}\n{todo}:\n  {shlex.join([*launcher, 'pretrain', *options, *extra])}"
+
+
 def _add_pretrain(subparsers) -> None:
     import dataclasses
 
@@ -422,7 +474,7 @@ def _add_pretrain(subparsers) -> None:
     parser = subparsers.add_parser(
         "pretrain",
         parents=[fields],
-        help="pretrain an architecture with its objective (Accelerate; DeepSpeed via an Accelerate config)",
+        help="pretrain an architecture with its objective (Accelerate; DeepSpeed ZeRO-2/3 with --deepspeed)",
         description=(
             "Pretrain an hf_xfmr architecture from scratch with its objective, in one process or under\n"
             "`accelerate launch` / `torchrun` (DDP, DeepSpeed ZeRO-2/3). Writes the model (safetensors) and\n"
@@ -435,7 +487,7 @@ def _add_pretrain(subparsers) -> None:
             "  hf-xfmr pretrain --arch bert --objective wwm --max_steps 200 --output_dir out/bert\n"
             "  hf-xfmr pretrain --config run.yaml --resume\n"
             "  accelerate launch --multi_gpu --num_processes 2 -m hf_xfmr.cli pretrain --arch roberta --output_dir out/r\n"
-            "  accelerate launch --config_file examples/accelerate/deepspeed_zero3.yaml -m hf_xfmr.cli pretrain ..."
+            "  accelerate launch --multi_gpu --num_processes 2 -m hf_xfmr.cli pretrain --deepspeed zero3 ..."
         ),
         formatter_class=_HelpFormatter,
     )
@@ -891,6 +943,7 @@ def main(argv: list[str] | None = None) -> int:
     argparse's own errors, which raise SystemExit(2)), 1 for an unexpected exception (a bug)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # as typed (pretrain prints a resume command)
     debug = getattr(args, "debug", False)
     try:
         return args.func(args)

@@ -69,10 +69,10 @@ def write_config(folder: Path, name: str, args: dict, **options) -> Path:
     return path
 
 
-def run(cmd: list[str], timeout: float, log: Path) -> int:
+def run(cmd: list[str], timeout: float, log: Path, cwd: Path = REPO) -> int:
     """Run to completion (or kill the tree after `timeout` s and fail); output goes to `log`."""
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=child_env(), cwd=REPO,
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=child_env(), cwd=cwd,
                                 start_new_session=True)
         try:
             return proc.wait(timeout=timeout)

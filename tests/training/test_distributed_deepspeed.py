@@ -57,9 +57,11 @@ def test_zero3_checkpoint_resume_and_consolidated_export(saved_tokenizer, tmp_pa
 def test_shipped_deepspeed_configs_leave_batch_and_optimizer_to_the_loop(stage):
     import yaml
 
+    from hf_xfmr.training.pretrain import resolve_deepspeed_config
+
     launch = yaml.safe_load((REPO / "examples" / "accelerate" / f"deepspeed_zero{stage}.yaml").read_text())
     assert launch["distributed_type"] == "DEEPSPEED"
-    config = json.loads((REPO / launch["deepspeed_config"]["deepspeed_config_file"]).read_text())
+    config = json.loads(resolve_deepspeed_config(launch["deepspeed_config"]["deepspeed_config_file"]).read_text())
     assert config["zero_optimization"]["stage"] == stage
     assert "optimizer" not in config and "scheduler" not in config  # no fused_adam / cpu_adam compile
     for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",

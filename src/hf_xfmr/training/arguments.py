@@ -81,6 +81,9 @@ class PretrainArguments:
         "autocast precision: no, bf16 or fp16 (under `accelerate launch`, its --mixed_precision wins)"))
     nan_policy: Literal["stop", "skip"] = field(default="stop", metadata=_help(
         "on a NaN/inf loss: stop with an error naming the step, or skip the step and count it"))
+    deepspeed: str | None = field(default=None, metadata=_help(
+        "train with DeepSpeed ZeRO: zero2 or zero3 (configs shipped with hf_xfmr) or a DeepSpeed JSON file; "
+        "start the processes with `accelerate launch --multi_gpu --num_processes N` or torchrun"))
 
     # --- run -----------------------------------------------------------------------------------
     output_dir: str = field(default="pretrain_output", metadata=_help(
@@ -142,6 +145,8 @@ class PretrainArguments:
             raise ValueError(f"--mixed_precision must be no, bf16 or fp16, got {self.mixed_precision!r}.")
         if self.nan_policy not in ("stop", "skip"):
             raise ValueError(f"--nan_policy must be stop or skip, got {self.nan_policy!r}.")
+        if self.deepspeed is not None and (not isinstance(self.deepspeed, str) or not self.deepspeed.strip()):
+            raise ValueError(f"--deepspeed must name a config (zero2, zero3) or a JSON file, got {self.deepspeed!r}.")
 
     @property
     def warmup(self) -> int:

@@ -82,6 +82,21 @@ def resolve_resume(resume: str, output_dir: str | Path) -> Path:
     return path
 
 
+def check_unfinished(path: Path, max_steps: int, output_dir: str | Path) -> None:
+    """A CheckpointError when the checkpoint `path` already reached `max_steps`: the run is finished and
+    `--resume` has nothing to do."""
+    step = int(read_state(path)["step"])
+    if step < max_steps:
+        return
+    final = Path(output_dir) / "model.safetensors"
+    where = f"its final model is in {output_dir}" if final.is_file() else f"its weights are in {path}"
+    reached = "reached" if step == max_steps else "is past"
+    raise CheckpointError(
+        f"the run is finished: its checkpoint {path} is at step {step}, which {reached} --max_steps {max_steps} "
+        f"({where}). To train it further, resume with a larger --max_steps (e.g. --max_steps {2 * step}); to "
+        "start a new run, choose a new --output_dir (or pass --overwrite_output_dir without --resume).")
+
+
 # ----------------------------------------------------------------------------------------------
 # Reading and validating
 # ----------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@
     result.final_loss, result.log_path, result.model_dir     # AutoModel.from_pretrained(result.model_dir)
 
 The same function runs in one process, under `accelerate launch` / `torchrun` (DDP; gloo on CPU) and
-under DeepSpeed ZeRO-2/3 (an Accelerate config with a DeepSpeed section). What happens, in order:
+under DeepSpeed ZeRO-2/3 (`--deepspeed zero2|zero3|FILE.json`, or an Accelerate config with a DeepSpeed
+section). What happens, in order:
 
 1. resolve the architecture and objective; check the output folder and, with `--resume`, the checkpoint
    (all before anything is written, so a bad checkpoint or setting leaves the folder untouched);
@@ -65,6 +66,16 @@ RUN_CONFIG = "run_config.json"
 
 class NonFiniteLossError(RuntimeError):
     """The training loss became NaN or infinite (with `--nan_policy stop`)."""
+
+
+class PretrainInterrupted(KeyboardInterrupt):
+    """Ctrl-C (KeyboardInterrupt) during training. `step`: the last finished optimizer step; `checkpoint`:
+    the last complete checkpoint folder in the output folder (None when none was written yet), which
+    `--resume` continues from."""
+
+    def __init__(self, step: int, checkpoint: Path | None):
+        super().__init__(f"interrupted after step {step}")
+        self.step, self.checkpoint = step, checkpoint
 
 
 class PretrainCallback:
@@ -130,19 +141,72 @@ class PretrainResult:
 # Setup helpers
 # ----------------------------------------------------------------------------------------------
 
-def _using_deepspeed() -> bool:
+# The DeepSpeed configs shipped with the package (`--deepspeed zero2`, or by name in an Accelerate config).
+DEEPSPEED_CONFIGS = Path(__file__).with_name("deepspeed_configs")
+
+
+def shipped_deepspeed_configs() -> list[str]:
+    """Names of the DeepSpeed configs shipped with hf_xfmr (zero2, zero3)."""
+    return sorted(p.stem for p in DEEPSPEED_CONFIGS.glob("*.json"))
+
+
+def resolve_deepspeed_config(value: str, source: str = "--deepspeed") -> Path:
+    """The DeepSpeed JSON file meant by `value`: a shipped config by name (zero2, zero3), or a file path
+    (relative to the current folder). Raises a ValueError naming `source` when it is neither."""
+    names = shipped_deepspeed_configs()
+    path = DEEPSPEED_CONFIGS / f"{value}.json" if value in names else Path(value).expanduser()
+    if not path.is_file():
+        raise ValueError(
+            f"{source} {value}: neither a DeepSpeed config shipped with hf_xfmr ({', '.join(names)}) nor an existing "
+            f"file (a relative path is read from the current folder, {os.getcwd()}). Name a shipped config "
+            "(e.g. --deepspeed zero2) or give the path of a DeepSpeed JSON config.")
+    try:
+        config = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{source} {value}: {path} is not valid JSON ({err}).") from None
+    if not isinstance(config, dict) or not isinstance(config.get("zero_optimization"), dict):
+        raise ValueError(f"{source} {value}: {path} has no \"zero_optimization\" section; start from a shipped "
+                         f"config ({DEEPSPEED_CONFIGS}/zero2.json or zero3.json).")
+    return path.resolve()
+
+
+def _launched_with_deepspeed() -> bool:
+    """`accelerate launch` with an Accelerate config whose distributed_type is DEEPSPEED."""
     return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() in ("1", "true", "yes")
+
+
+def _using_deepspeed(args: PretrainArguments) -> bool:
+    return bool(args.deepspeed) or _launched_with_deepspeed()
+
+
+def deepspeed_config_file(args: PretrainArguments) -> Path | None:
+    """The DeepSpeed config file of the run: `--deepspeed`'s, else the one an Accelerate DeepSpeed config
+    names (its `deepspeed_config_file`, which may also be a shipped name); None without DeepSpeed or when the
+    Accelerate config describes DeepSpeed without a file (Accelerate then builds the config itself)."""
+    if args.deepspeed:
+        return resolve_deepspeed_config(args.deepspeed)
+    named = os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE", "none")
+    if _launched_with_deepspeed() and named != "none":
+        return resolve_deepspeed_config(named, source="The Accelerate config's deepspeed_config_file")
+    return None
 
 
 def make_accelerator(args: PretrainArguments):
     """An `Accelerator` for this machine: CPU processes talk over gloo; DeepSpeed compiles nothing on CPU."""
     from accelerate import Accelerator
-    from accelerate.utils import InitProcessGroupKwargs
+    from accelerate.utils import DeepSpeedPlugin, InitProcessGroupKwargs
 
     cpu = not torch.cuda.is_available()
     if cpu and args.mixed_precision == "fp16":
         raise ValueError("--mixed_precision fp16 needs a GPU (CPU autocast runs in bfloat16); use bf16 on CPU.")
-    if cpu and _using_deepspeed():
+    deepspeed = _using_deepspeed(args)
+    ds_file = deepspeed_config_file(args)
+    if deepspeed and "LOCAL_RANK" not in os.environ:
+        raise ValueError(
+            "DeepSpeed runs in processes started by a launcher (it sets up a process group even for one process): "
+            "accelerate launch --multi_gpu --num_processes N -m hf_xfmr.cli pretrain --deepspeed ... or "
+            "torchrun --standalone --nproc_per_node N -m hf_xfmr.cli pretrain --deepspeed ... (N=1: one process).")
+    if cpu and deepspeed:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
         import deepspeed.ops
 
@@ -159,9 +223,17 @@ def make_accelerator(args: PretrainArguments):
 
     AcceleratorState._reset_state(reset_partial_state=False)
     GradientState._reset_state()
+    plugin = None
+    if ds_file is not None:
+        # Built here (not by Accelerate from the environment) so a config named by a relative path or by
+        # a shipped name works from any folder. ZeRO-3 builds the model outside deepspeed.zero.Init unless
+        # the Accelerate config asks for it (zero3_init_flag).
+        zero3_init = os.environ.get("ACCELERATE_DEEPSPEED_ZERO3_INIT", "false").lower() == "true"
+        plugin = DeepSpeedPlugin(hf_ds_config=str(ds_file), zero3_init_flag=zero3_init)
     try:
         # DeepSpeed finds the CPU itself; Accelerator(cpu=True) would switch DeepSpeed off.
-        accelerator = Accelerator(cpu=cpu and not _using_deepspeed(), mixed_precision=mixed, kwargs_handlers=handlers)
+        accelerator = Accelerator(cpu=cpu and not deepspeed, mixed_precision=mixed, kwargs_handlers=handlers,
+                                  deepspeed_plugin=plugin)
     except (ValueError, RuntimeError) as err:
         raise ValueError(f"Cannot set up training (--mixed_precision {args.mixed_precision}): {err}") from None
     if launched > 1 and accelerator.num_processes != launched:
@@ -429,7 +501,7 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
     from accelerate.utils import set_seed
 
     arch, objective, model_class = resolve_objective(args)
-    deepspeed = _using_deepspeed()
+    deepspeed = _using_deepspeed(args)
     if args.push_to_hub:
         _check_publishing()
     accelerator = make_accelerator(args)
@@ -440,6 +512,8 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
 
     # 1. The output folder and the checkpoint to resume: decided before anything is written.
     resume_path = ckpt.resolve_resume(args.resume, output_dir) if args.resume else None
+    if resume_path is not None:
+        ckpt.check_unfinished(resume_path, args.max_steps, output_dir)
     if resume_path is None and not args.overwrite_output_dir and (
             ckpt.list_checkpoints(output_dir) or (output_dir / LOG_FILE).exists()):
         raise ValueError(f"{output_dir} holds an earlier run. Pass --resume to continue it, --overwrite_output_dir "
@@ -671,6 +745,8 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
         accelerator.wait_for_everyone()
         if args.push_to_hub and is_main:
             publish(final_model, tokenizer, args, eval_metrics, output_dir / LOG_FILE)
+    except KeyboardInterrupt:
+        raise PretrainInterrupted(step, ckpt.latest_checkpoint(output_dir)) from None
     finally:
         bar.close()
         log.close()
@@ -703,7 +779,7 @@ def _save(run: PretrainRun, callbacks, step: int, counters: dict, settings: dict
     tmp = ckpt.begin_checkpoint(args.output_dir, step, is_main)
     accelerator.wait_for_everyone()
     unwrapped = run.unwrapped_model
-    if _using_deepspeed():
+    if _using_deepspeed(run.args):
         run.model.save_checkpoint(str(tmp), tag="deepspeed")
         if is_main:
             unwrapped.config.to_json_file(str(tmp / "config.json"))
