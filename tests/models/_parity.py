@@ -1,7 +1,9 @@
-"""What the parity tests share: task inputs on a padded batch, and the tensors of an output / the
-gradients of a model by name, to compare ours with the reference entry by entry."""
+"""What the parity tests share: task inputs on a padded batch, the tensors of an output / the gradients
+of a model by name, to compare ours with the reference entry by entry, and the comparison itself with
+unpadding on (real positions only) or off (every position)."""
 
 import torch
+from torch.testing import assert_close
 
 
 def with_task_labels(inputs, task, seed=0, pair_label=None):
@@ -12,7 +14,7 @@ def with_task_labels(inputs, task, seed=0, pair_label=None):
     - causal-lm: labels = the ids, -100 at padding;
     - sequence-classification: one of 3 classes per row; token-classification: 3 classes, -100 at padding;
     - question-answering: starts in [0, 4), ends (5, 6, 30): the last is out of range, so ignored;
-    - multiple-choice: each row paired with itself rolled by one token, (B, K=2, T), label in {0, 1}."""
+    - multiple-choice: each row paired with the next row (both right-padded), (B, K=2, T), label in {0, 1}."""
     g = torch.Generator().manual_seed(seed)
     inputs = dict(inputs)
     ids, mask = inputs["input_ids"], inputs["attention_mask"]
@@ -33,7 +35,7 @@ def with_task_labels(inputs, task, seed=0, pair_label=None):
         inputs["start_positions"] = torch.randint(0, 4, (batch,), generator=g)
         inputs["end_positions"] = torch.tensor([5, 6, 30])[:batch]
     elif task == "multiple-choice":
-        inputs = {k: torch.stack([v, v.roll(1, dims=1)], dim=1) for k, v in inputs.items()}  # (B, K=2, T)
+        inputs = {k: torch.stack([v, v.roll(1, dims=0)], dim=1) for k, v in inputs.items()}  # (B, K=2, T)
         inputs["labels"] = torch.randint(0, 2, (batch,), generator=g)
     return inputs
 
@@ -51,3 +53,50 @@ def outputs_of(output):
 
 def grads_of(model):
     return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+
+
+def real_positions(inputs):
+    """(B, T) bool, True at real tokens ((B*K, T) for multiple-choice inputs (B, K, T))."""
+    mask = inputs["attention_mask"]
+    return mask.reshape(-1, mask.shape[-1]).bool()
+
+
+def reference_qa_loss(ref_out, inputs):
+    """The reference's span loss with padding positions excluded, as our QA heads compute it when they
+    mask padding (ModernBERT always; the BERT family with `unpad_inputs`, the default)."""
+    from hf_xfmr.models.losses import span_loss
+
+    pad = ~real_positions(inputs)
+    start, end = (logits.masked_fill(pad, torch.finfo(logits.dtype).min)
+                  for logits in (ref_out.start_logits, ref_out.end_logits))
+    return span_loss(start, end, inputs["start_positions"], inputs["end_positions"])
+
+
+def masked_base_loss(output, keep):
+    """A scalar from a base model's outputs that reads real positions only (and the pooler, if any)."""
+    loss = (output.last_hidden_state * keep[..., None]).square().mean()
+    pooled = getattr(output, "pooler_output", None)
+    return loss if pooled is None else loss + pooled.sum()
+
+
+def assert_outputs_match(ours, ref, keep, *, unpadded, atol, rtol, skip=()):
+    """Every tensor of the reference's output `ref` against `ours`, entry by entry (`skip`: names left out).
+
+    unpadded=False: everywhere. unpadded=True: tensors laid out per position (their first two dimensions
+    are `keep`'s (B, T)) at real positions only, and at padding positions ours must hold what the README
+    says: zeros in the hidden states (which also proves the unpadded path ran) and the dtype's minimum in
+    masked start/end logits; the rest (pooled outputs, per-sequence logits) everywhere.
+    """
+    ref_named, our_named = outputs_of(ref), outputs_of(ours)
+    assert set(ref_named) == set(our_named)
+    for key in sorted(set(ref_named) - set(skip)):
+        a, b = our_named[key], ref_named[key]
+        per_position = a.dim() >= 2 and tuple(a.shape[:2]) == tuple(keep.shape)
+        if unpadded and per_position:
+            assert_close(a[keep], b[keep], atol=atol, rtol=rtol, msg=lambda m: f"{key} (real positions): {m}")
+            if key == "last_hidden_state" or key.startswith("hidden_states."):
+                assert not a[~keep].any(), f"{key}: padding positions must be zeros after unpadding"
+            if key in ("start_logits", "end_logits"):
+                assert (a[~keep] == torch.finfo(a.dtype).min).all(), f"{key}: padding must be masked"
+        else:
+            assert_close(a, b, atol=atol, rtol=rtol, msg=lambda m: f"{key}: {m}")

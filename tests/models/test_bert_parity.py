@@ -1,7 +1,9 @@
 """BERT and RoBERTa against transformers, through the production converter.
 
 Every head, eager and sdpa, padded batches with token types: hidden states, logits, loss and the
-gradient of every parameter after one backward pass, at fp32 atol 1e-5.
+gradient of every parameter after one backward pass, at fp32 atol 1e-5. With unpadding on (the default)
+outputs are compared at real positions (padding positions must hold zeros) and question answering
+against the reference's span loss over real tokens; with `unpad_inputs=False` at every position.
 """
 
 import pytest
@@ -12,7 +14,14 @@ from torch.testing import assert_close
 import hf_xfmr
 from hf_xfmr.models.conversion import convert_state_dict
 
-from ._parity import grads_of, outputs_of, with_task_labels
+from ._parity import (
+    assert_outputs_match,
+    grads_of,
+    masked_base_loss,
+    real_positions,
+    reference_qa_loss,
+    with_task_labels,
+)
 from .conftest import padded_batch, tiny_hf_config
 
 ATOL, RTOL = 1e-5, 1e-5
@@ -55,28 +64,36 @@ def build_pair(arch, task, attn, **config_overrides):
     return ref, ours
 
 
+@pytest.mark.parametrize("unpad", [True, False], ids=["unpadded", "padded"])
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("arch,task", CASES)
-def test_parity_outputs_loss_and_gradients(arch, task, attn):
+def test_parity_outputs_loss_and_gradients(arch, task, attn, unpad):
     ref, ours = build_pair(arch, task, attn)
+    assert ours.config.unpad_inputs  # the default
+    ours.config.unpad_inputs = unpad
     ref.train(), ours.train()  # dropout is 0, so training mode is deterministic and has gradients
     inputs = make_inputs(arch, task)
+    keep = real_positions(inputs)
+    assert not keep.all()
 
-    extra = dict(output_hidden_states=True, output_attentions=attn == "eager")  # weights need eager
+    # Attention weights need the padded path: asked for (eager) only where unpadding is off.
+    extra = dict(output_hidden_states=True, output_attentions=attn == "eager" and not unpad)
     ref_out = ref(**inputs, **extra)
     our_out = ours(**inputs, **extra)
-    ref_named, our_named = outputs_of(ref_out), outputs_of(our_out)
-    assert set(ref_named) == set(our_named)
-    for key in ref_named:
-        assert_close(our_named[key], ref_named[key], atol=ATOL, rtol=RTOL, msg=lambda m: f"{key}: {m}")
+    qa_masked = unpad and task == "question-answering"
+    assert_outputs_match(our_out, ref_out, keep, unpadded=unpad, atol=ATOL, rtol=RTOL,
+                         skip=("loss",) if qa_masked else ())
 
     if task == "base":
-        (ref_out.last_hidden_state.square().mean() + ref_out.pooler_output.sum()).backward()
-        (our_out.last_hidden_state.square().mean() + our_out.pooler_output.sum()).backward()
+        loss_ref, loss_ours = (masked_base_loss(out, keep) for out in (ref_out, our_out))
+    elif qa_masked:  # padding positions masked: the reference's span loss over real tokens
+        loss_ref, loss_ours = reference_qa_loss(ref_out, inputs), our_out.loss
+        assert_close(loss_ours, loss_ref, atol=ATOL, rtol=RTOL)
     else:
-        assert ref_out.loss is not None and torch.isfinite(ref_out.loss)
-        ref_out.loss.backward()
-        our_out.loss.backward()
+        loss_ref, loss_ours = ref_out.loss, our_out.loss
+    assert loss_ref is not None and torch.isfinite(loss_ref)
+    loss_ref.backward()
+    loss_ours.backward()
     ref_grads = convert_state_dict(grads_of(ref), arch, task, to_hf=False)
     our_grads = grads_of(ours)
     assert set(our_grads) <= set(ref_grads) | {"lm_head.decoder.weight"}
@@ -139,8 +156,9 @@ def test_convert_from_directory_and_pick_a_new_head(tmp_path):
     ours = hf_xfmr.from_transformers(tmp_path)
     assert type(ours).__name__ == "XfmrBertForMaskedLM"
     ids, mask, types = padded_batch("bert")
-    assert_close(ours(input_ids=ids, attention_mask=mask).logits, ref(input_ids=ids, attention_mask=mask).logits,
-                 atol=ATOL, rtol=RTOL)
+    keep = mask.bool()  # unpadded (the default): outputs at real positions equal the reference's
+    assert_close(ours(input_ids=ids, attention_mask=mask).logits[keep],
+                 ref(input_ids=ids, attention_mask=mask).logits[keep], atol=ATOL, rtol=RTOL)
     classifier = hf_xfmr.from_transformers(str(tmp_path), task="sequence-classification")
     assert type(classifier).__name__ == "XfmrBertForSequenceClassification"
     assert torch.equal(classifier.model.embeddings.word_embeddings.weight, ref.bert.embeddings.word_embeddings.weight)
@@ -195,12 +213,13 @@ def test_inputs_embeds_and_explicit_positions_match_reference(arch):
     ref, ours = build_pair(arch, "base", "sdpa")
     ref.eval(), ours.eval()
     ids, mask, types = padded_batch(arch)
+    keep = mask.bool()  # unpadded (the default): outputs at real positions equal the reference's
     embeds = ref.get_input_embeddings()(ids)
-    assert_close(ours(inputs_embeds=embeds, attention_mask=mask).last_hidden_state,
-                 ref(inputs_embeds=embeds, attention_mask=mask).last_hidden_state, atol=ATOL, rtol=RTOL)
+    assert_close(ours(inputs_embeds=embeds, attention_mask=mask).last_hidden_state[keep],
+                 ref(inputs_embeds=embeds, attention_mask=mask).last_hidden_state[keep], atol=ATOL, rtol=RTOL)
     positions = torch.arange(ids.shape[1]).flip(0).expand_as(ids) + (2 if arch == "roberta" else 0)
-    assert_close(ours(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state,
-                 ref(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state,
+    assert_close(ours(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state[keep],
+                 ref(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state[keep],
                  atol=ATOL, rtol=RTOL)
 
 
@@ -210,8 +229,9 @@ def test_bf16_outputs_track_the_reference():
     ref, ours = ref.to(torch.bfloat16).eval(), ours.to(torch.bfloat16).eval()
     inputs = make_inputs("bert", "masked-lm")
     a, b = ref(**inputs), ours(**inputs)
+    keep = inputs["attention_mask"].bool()
     assert b.logits.dtype == torch.bfloat16
-    assert_close(b.logits.float(), a.logits.float(), atol=0.05, rtol=0.05)
+    assert_close(b.logits[keep].float(), a.logits[keep].float(), atol=0.05, rtol=0.05)
     assert_close(b.loss.float(), a.loss.float(), atol=0.02, rtol=0.01)
 
 
@@ -227,7 +247,8 @@ def test_config_variants_convert_with_parity(overrides):
     tied = ours.lm_head.decoder.weight is ours.model.embeddings.word_embeddings.weight
     assert tied == overrides.get("tie_word_embeddings", True)
     inputs = make_inputs("bert", "masked-lm")
-    assert_close(ours(**inputs).logits, ref(**inputs).logits, atol=ATOL, rtol=RTOL)
+    keep = inputs["attention_mask"].bool()
+    assert_close(ours(**inputs).logits[keep], ref(**inputs).logits[keep], atol=ATOL, rtol=RTOL)
     back = hf_xfmr.to_transformers(ours)
     for (name, a), (_, b) in zip(ref.state_dict().items(), back.state_dict().items(), strict=True):
         assert torch.equal(a, b), name

@@ -1,9 +1,8 @@
-"""BERT/RoBERTa with unpadding on: the MLM step with sparse prediction on padded batches runs on real tokens
-only and still equals transformers (loss and every gradient, fp32 atol 1e-5); the base model's unpadded
-outputs equal the padded ones at every real position."""
+"""BERT/RoBERTa with unpadding on (the default): the MLM step with sparse prediction on padded batches runs on
+real tokens only and still equals transformers (loss and every gradient, fp32 atol 1e-5); the base model's
+unpadded outputs equal the padded ones at every real position, with zeros at padding positions."""
 
 import pytest
-import torch
 from torch.testing import assert_close
 
 import hf_xfmr  # noqa: F401
@@ -15,19 +14,15 @@ from .test_bert_parity import ATOL, RTOL, build_pair, grads_of, make_inputs
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("arch", ["bert", "roberta"])
-def test_sparse_mlm_training_unpads_and_matches_the_reference(arch, attn, monkeypatch):
+def test_sparse_mlm_training_unpads_and_matches_the_reference(arch, attn):
     ref, ours = build_pair(arch, "masked-lm", attn)
     ref.train(), ours.train()
     ours.config.sparse_prediction = True
-    calls = []
-    original = type(ours.model)._forward_unpadded
-    monkeypatch.setattr(type(ours.model), "_forward_unpadded",
-                        lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
     inputs = make_inputs(arch, "masked-lm")
-    assert not inputs["attention_mask"].all()
-    a, b = ref(**inputs), ours(**inputs)
-    assert calls, "the padded batch must take the unpadded path"
-    assert not ours.model.use_unpadding  # restored after the call
+    keep = inputs["attention_mask"].bool()
+    assert not keep.all()
+    a, b = ref(**inputs), ours(**inputs, output_hidden_states=True)
+    assert not b.hidden_states[-1][~keep].any(), "the padded batch must take the unpadded path (zeros at padding)"
     assert_close(b.loss, a.loss, atol=ATOL, rtol=RTOL)
     assert_close(b.logits, a.logits[inputs["labels"] != -100], atol=ATOL, rtol=RTOL)
     a.loss.backward(), b.loss.backward()
@@ -44,16 +39,19 @@ def test_unpadded_base_model_equals_padded_at_real_positions(arch):
     kwargs = dict(input_ids=ids, attention_mask=mask, output_hidden_states=True)
     if arch == "bert":
         kwargs["token_type_ids"] = types
-    padded = ours(**kwargs)
-    ours.use_unpadding = True
     unpadded = ours(**kwargs)
+    ours.config.unpad_inputs = False
+    padded = ours(**kwargs)
     keep = mask.bool()
     for a, b in zip(unpadded.hidden_states, padded.hidden_states, strict=True):
         assert_close(a[keep], b[keep], atol=ATOL, rtol=0)
         assert not a[~keep].any()
+        assert b[~keep].abs().sum() > 0  # the padded path computes the reference's values there
     assert_close(unpadded.pooler_output, padded.pooler_output, atol=ATOL, rtol=0)
     embeds = ours.get_input_embeddings()(ids)
-    unpadded_embeds = ours(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
-    ours.use_unpadding = False
     padded_embeds = ours(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
+    ours.use_unpadding = True  # the former instance attribute sets the config field
+    assert ours.config.unpad_inputs
+    unpadded_embeds = ours(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
     assert_close(unpadded_embeds[keep], padded_embeds[keep], atol=ATOL, rtol=0)
+    assert not unpadded_embeds[~keep].any()

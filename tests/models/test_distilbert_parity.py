@@ -11,7 +11,14 @@ from torch.testing import assert_close
 
 import hf_xfmr
 from hf_xfmr.models.conversion import convert_state_dict
-from ._parity import grads_of, outputs_of, with_task_labels
+from ._parity import (
+    assert_outputs_match,
+    grads_of,
+    masked_base_loss,
+    real_positions,
+    reference_qa_loss,
+    with_task_labels,
+)
 
 ATOL, RTOL = 1e-5, 1e-5
 VOCAB = 99
@@ -58,22 +65,31 @@ def build_pair(task, attn="sdpa", **overrides):
     return ref, ours
 
 
-def check_outputs_and_gradients(ref, ours, task, inputs, attn):
+def check_outputs_and_gradients(ref, ours, task, inputs, attn, unpad=True):
+    """With unpadding (the default) outputs at real positions (zeros at padding) and question answering
+    against the reference's span loss over real tokens; with `unpad_inputs=False` every position."""
+    assert ours.config.unpad_inputs  # the default
+    ours.config.unpad_inputs = unpad
     ref.train(), ours.train()  # dropout is 0: training mode is deterministic and builds gradients
-    extra = dict(output_hidden_states=True, output_attentions=attn == "eager")
+    keep = real_positions(inputs)
+    assert not keep.all()
+    # Attention weights need the padded path: asked for (eager) only where unpadding is off.
+    extra = dict(output_hidden_states=True, output_attentions=attn == "eager" and not unpad)
     ref_out, our_out = ref(**inputs, **extra), ours(**inputs, **extra)
-    ref_named, our_named = outputs_of(ref_out), outputs_of(our_out)
-    assert set(ref_named) == set(our_named)
-    for key in ref_named:
-        assert_close(our_named[key], ref_named[key], atol=ATOL, rtol=RTOL, msg=lambda m: f"{key}: {m}")
+    qa_masked = unpad and task == "question-answering"
+    assert_outputs_match(our_out, ref_out, keep, unpadded=unpad, atol=ATOL, rtol=RTOL,
+                         skip=("loss",) if qa_masked else ())
 
     if task == "base":
-        ref_out.last_hidden_state.square().mean().backward()
-        our_out.last_hidden_state.square().mean().backward()
+        loss_ref, loss_ours = (masked_base_loss(out, keep) for out in (ref_out, our_out))
+    elif qa_masked:  # padding positions masked: the reference's span loss over real tokens
+        loss_ref, loss_ours = reference_qa_loss(ref_out, inputs), our_out.loss
+        assert_close(loss_ours, loss_ref, atol=ATOL, rtol=RTOL)
     else:
-        assert torch.isfinite(ref_out.loss)
-        ref_out.loss.backward()
-        our_out.loss.backward()
+        loss_ref, loss_ours = ref_out.loss, our_out.loss
+    assert torch.isfinite(loss_ref)
+    loss_ref.backward()
+    loss_ours.backward()
     ref_grads = convert_state_dict(grads_of(ref), "distilbert", task, to_hf=False)
     our_grads = grads_of(ours)
     assert len(our_grads) == len(list(ours.parameters()))
@@ -81,11 +97,12 @@ def check_outputs_and_gradients(ref, ours, task, inputs, attn):
         assert_close(grad, ref_grads[name], atol=ATOL, rtol=RTOL, msg=lambda m: f"grad {name}: {m}")
 
 
+@pytest.mark.parametrize("unpad", [True, False], ids=["unpadded", "padded"])
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("task", list(HEADS))
-def test_parity_outputs_loss_and_gradients(task, attn):
+def test_parity_outputs_loss_and_gradients(task, attn, unpad):
     ref, ours = build_pair(task, attn)
-    check_outputs_and_gradients(ref, ours, task, make_inputs(task), attn)
+    check_outputs_and_gradients(ref, ours, task, make_inputs(task), attn, unpad)
 
 
 @pytest.mark.parametrize("overrides", [
@@ -138,12 +155,13 @@ def test_inputs_embeds_explicit_positions_and_pad_content():
     ref, ours = build_pair("base")
     ref.eval(), ours.eval()
     ids, mask = padded_batch()
+    keep = mask.bool()  # unpadded (the default): outputs at real positions equal the reference's
     embeds = ref.get_input_embeddings()(ids)
-    assert_close(ours(inputs_embeds=embeds, attention_mask=mask).last_hidden_state,
-                 ref(inputs_embeds=embeds, attention_mask=mask).last_hidden_state, atol=ATOL, rtol=RTOL)
+    assert_close(ours(inputs_embeds=embeds, attention_mask=mask).last_hidden_state[keep],
+                 ref(inputs_embeds=embeds, attention_mask=mask).last_hidden_state[keep], atol=ATOL, rtol=RTOL)
     positions = torch.arange(ids.shape[1]).flip(0).expand_as(ids)
-    assert_close(ours(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state,
-                 ref(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state,
+    assert_close(ours(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state[keep],
+                 ref(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state[keep],
                  atol=ATOL, rtol=RTOL)
     noisy = torch.where(mask == 1, ids, torch.randint(3, VOCAB, ids.shape))
     a = ours(input_ids=ids, attention_mask=mask).last_hidden_state
@@ -172,8 +190,9 @@ def test_convert_from_directory_and_pick_a_new_head(tmp_path):
     ours = hf_xfmr.from_transformers(tmp_path)
     assert type(ours).__name__ == "XfmrDistilBertForMaskedLM"
     ids, mask = padded_batch()
-    assert_close(ours(input_ids=ids, attention_mask=mask).logits, ref(input_ids=ids, attention_mask=mask).logits,
-                 atol=ATOL, rtol=RTOL)
+    keep = mask.bool()  # unpadded (the default): outputs at real positions equal the reference's
+    assert_close(ours(input_ids=ids, attention_mask=mask).logits[keep],
+                 ref(input_ids=ids, attention_mask=mask).logits[keep], atol=ATOL, rtol=RTOL)
     qa = hf_xfmr.from_transformers(tmp_path, task="question-answering")
     assert type(qa).__name__ == "XfmrDistilBertForQuestionAnswering"
     assert torch.equal(qa.model.layers[1].mlp.up_proj.weight, ref.distilbert.transformer.layer[1].ffn.lin1.weight)

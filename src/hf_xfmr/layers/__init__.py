@@ -13,6 +13,7 @@ from .attention import (
     local_attention,
     resolve_kernel,
     sdpa_attention_forward,
+    self_attention,
     varlen_attention,
     varlen_attention_reference,
 )
@@ -31,5 +32,5 @@ from .masks import (
 )
 from .mlp import ACTIVATIONS, GLU, MLP, get_activation
 from .norms import RMSNorm, layer_norm
-from .padding import VarlenBatch, pad_input, unpad_input, unpad_input_ids, varlen_batch
+from .padding import VarlenBatch, encoder_padding, pad_input, unpad_input, unpad_input_ids, varlen_batch
 from .rope import apply_rope, rope_cos_sin, rope_inv_freq, rotate_half

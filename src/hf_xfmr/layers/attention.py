@@ -12,6 +12,8 @@ The varlen kernels work on unpadded tokens (N, H, D) described by `cu_seqlens` (
 `flash_varlen_attention` uses flash-attn on GPU; `varlen_attention` runs any padded kernel (eager,
 sdpa) document by document, so unpadded models also run on CPU without a mask over all N tokens;
 `varlen_attention_reference` is the one-call block-diagonal version used to check both.
+`self_attention` is what an encoder layer calls on either layout: padded (B, T, H, D) with a mask, or
+unpadded (N, H, D) with a `VarlenBatch`.
 `local_attention` computes a sliding window block by block: O(T * window), not O(T^2).
 """
 
@@ -307,3 +309,17 @@ def varlen_attention(module, kernel, query, key, value, bounds, scaling=None, wi
             # (1, H, L, D) in, (1, L, H, D) out; squeeze, not [0]: a select's backward zero-fills a copy
             outs.append(attend(*(t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))).squeeze(0))  # (L, H, D)
     return torch.cat(outs)  # (N, H, D)
+
+
+def self_attention(module, kernel, query, key, value, attention_mask=None, varlen=None, scaling=None, dropout=0.0):
+    """Bidirectional attention of an encoder layer on either layout, through a padded `kernel`.
+
+    Padded: query/key/value (B, T, H, D) and an optional mask -> (out (B, T, H, D), weights or None).
+    Unpadded: (N, H, D) with `varlen` (a `padding.VarlenBatch`) -> (out (N, H, D), None), attention within
+    each sequence (`varlen_attention`). The projections around it are the caller's.
+    """
+    if varlen is not None:
+        out = varlen_attention(module, kernel, query, key, value, varlen.bounds, scaling=scaling, dropout=dropout)
+        return out, None
+    q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # (B, H, T, D)
+    return kernel(module, q, k, v, attention_mask, scaling=scaling, dropout=dropout)

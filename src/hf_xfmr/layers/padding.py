@@ -2,13 +2,16 @@
 
 Unpad once at the encoder boundary, run every layer on the packed tokens with `cu_seqlens`
 (varlen attention), pad once at the end (the ModernBERT recipe). `cu_seqlens` is int32 because
-flash-attn requires it.
+flash-attn requires it. `encoder_padding` decides, once per forward, whether a batch runs unpadded.
 """
 
+from itertools import accumulate
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+
+from .masks import padding_mask
 
 
 def unpad_input(hidden, attention_mask):
@@ -53,12 +56,31 @@ class VarlenBatch(NamedTuple):
     cu_seqlens: (D + 1,) int32 document boundaries in the packed tokens: [0, l1, l1 + l2, ..., N].
     max_seqlen: the longest document (flash-attn needs it on the host).
     bounds: `cu_seqlens` as a Python list (the CPU kernels loop over documents with it).
+    shape: (B, T) of the padded batch, for `unpad` and `pad`.
     """
 
     indices: torch.Tensor | None
     cu_seqlens: torch.Tensor
     max_seqlen: int
     bounds: list
+    shape: tuple = ()
+
+    def unpad(self, x):
+        """(B, T, ...) or (1, T, ...) (the same for every row) -> (N, ...): the real tokens, row by row."""
+        batch, seq_len = self.shape
+        flat = x.expand(batch, seq_len, *x.shape[2:]).reshape(batch * seq_len, *x.shape[2:])  # (B * T, ...)
+        return flat if self.indices is None else flat.index_select(0, self.indices)
+
+    def unpad_inputs(self, *inputs):
+        """Each (B, T, ...) or (1, T, ...) input as (1, N, ...), None kept: the real tokens with a batch
+        dimension of one, so embeddings written for (B, T) inputs take them unchanged."""
+        return tuple(None if x is None else self.unpad(x).unsqueeze(0) for x in inputs)
+
+    def pad(self, x):
+        """(N, ...) -> (B, T, ...), zeros at padding positions."""
+        if self.indices is None:
+            return x.view(*self.shape, *x.shape[1:])
+        return pad_input(x, self.indices, *self.shape)
 
 
 def varlen_batch(attention_mask, batch, seq_len, cu_seqlens=None, device=None):
@@ -71,14 +93,17 @@ def varlen_batch(attention_mask, batch, seq_len, cu_seqlens=None, device=None):
     Reads the mask and the boundaries to the host once: call it once per forward, at the encoder boundary.
     """
     device = attention_mask.device if attention_mask is not None else device
-    if attention_mask is None or bool(attention_mask.all()):
-        indices = None
-        row_lengths = [seq_len] * batch
+    keep = None if attention_mask is None else attention_mask.bool()
+    row_lengths = [seq_len] * batch if keep is None else keep.sum(dim=-1).tolist()  # one host read
+    return _varlen(keep, row_lengths, batch, seq_len, cu_seqlens, device)
+
+
+def _varlen(keep, row_lengths, batch, seq_len, cu_seqlens, device):
+    """`varlen_batch` once the rows' numbers of real tokens are on the host."""
+    if all(length == seq_len for length in row_lengths):
+        indices = None  # no padding: unpadding is a reshape
     else:
-        keep = attention_mask.bool()
-        lengths = keep.sum(dim=-1)  # (B,)
-        row_lengths = lengths.tolist()
-        if min(row_lengths) == 0:
+        if 0 in row_lengths:
             empty = row_lengths.index(0)
             raise ValueError(
                 f"attention_mask row {empty} has no real token (all zeros): there is nothing to attend to and "
@@ -86,7 +111,7 @@ def varlen_batch(attention_mask, batch, seq_len, cu_seqlens=None, device=None):
             )
         indices = keep.flatten().nonzero().flatten()  # (N,)
     total = sum(row_lengths)
-    row_ends = torch.tensor(row_lengths).cumsum(0).tolist()
+    row_ends = list(accumulate(row_lengths))
     if cu_seqlens is None:
         bounds = [0, *row_ends]
     else:
@@ -111,4 +136,36 @@ def varlen_batch(attention_mask, batch, seq_len, cu_seqlens=None, device=None):
             )
     cu = torch.tensor(bounds, dtype=torch.int32, device=device)
     max_seqlen = max(b - a for a, b in zip(bounds[:-1], bounds[1:]))
-    return VarlenBatch(indices, cu, max_seqlen, bounds)
+    return VarlenBatch(indices, cu, max_seqlen, bounds, (batch, seq_len))
+
+
+def encoder_padding(attention_mask, unpad: bool):
+    """How a bidirectional encoder runs a (B, T) batch: `(varlen, mask)`, at most one of them set.
+
+    - no mask, or no padding: `(None, None)`, the padded layout without a mask (the fastest kernels, no
+      gathers);
+    - `unpad` and every row starting with a real token (right padding, as every BERT-family tokenizer
+      pads): `(VarlenBatch, None)`, every layer then runs on the N real tokens only;
+    - otherwise `(None, mask)` with the (B, 1, 1, T) bool mask (True = attend): the padded layout, as the
+      reference runs it. That is the case when `unpad` is off (the user's switch, or attention weights
+      asked for), under torch.compile (the number of real tokens would size tensors, and reading the mask
+      would break the graph) and when some row starts with padding: whatever reads position 0 ([CLS]
+      pooling) then sees the reference's values, not the zeros unpadding leaves at padding positions.
+    Both layouts call the same modules in the same order; only the tensors' layout differs.
+    Reads the mask to the host once (not when compiling).
+    """
+    if attention_mask is None:
+        return None, None
+    if torch.compiler.is_compiling():
+        return None, padding_mask(attention_mask)
+    batch, seq_len = attention_mask.shape
+    keep = attention_mask.bool()
+    if seq_len == 0:
+        return None, None
+    counts = torch.cat([keep.sum(dim=-1), keep[:, 0].long()]).tolist()  # one host read: (2B,)
+    row_lengths, first_real = counts[:batch], counts[batch:]
+    if all(length == seq_len for length in row_lengths):
+        return None, None
+    if not unpad or not all(first_real):
+        return None, padding_mask(attention_mask)
+    return _varlen(keep, row_lengths, batch, seq_len, None, attention_mask.device), None

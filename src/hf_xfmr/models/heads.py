@@ -265,7 +265,11 @@ class SequenceClassificationHead(TaskHead):
 
 
 class TokenClassificationHead(TaskHead):
-    """`classifier` on every token -> (B, T, num_labels)."""
+    """`classifier` on every token -> (B, T, num_labels).
+
+    After unpadding (`config.unpad_inputs`) the hidden states at padding positions are zeros, so the logits
+    there are the classifier's output for a zero vector; label padding -100 (as transformers' collators
+    do) and the loss is the reference's."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -294,9 +298,17 @@ class QuestionAnsweringHead(TaskHead):
         self.qa_outputs = self.build_qa_outputs(config)
         self.post_init()
 
-    # True: padding positions get the lowest start/end logits, so no answer span starts or ends there (for
-    # backbones whose outputs at padding are not meaningful, e.g. ModernBERT's zeros after unpadding).
-    mask_padding = False
+    # True: padding positions get the lowest start/end logits (the dtype's minimum), so no answer span starts
+    # or ends there and the span loss softmaxes over real tokens only (the reference's also covers padding).
+    # For backbones whose outputs at padding positions are zeros after unpadding, not the reference's values.
+    # None follows `config.unpad_inputs` (the BERT family: masked by default; unpad_inputs=False gives the
+    # reference's exact logits and loss); ModernBERT always masks; heads without the field never do.
+    mask_padding: bool | None = None
+
+    def masks_padding(self) -> bool:
+        if self.mask_padding is not None:
+            return self.mask_padding
+        return bool(getattr(self.config, "unpad_inputs", False))
 
     def build_qa_outputs(self, config) -> nn.Module:
         """The (start, end) scorer applied to every token: a linear layer by default (DistilBERT adds
@@ -316,7 +328,7 @@ class QuestionAnsweringHead(TaskHead):
                           position_ids=position_ids, inputs_embeds=inputs_embeds,
                           output_attentions=output_attentions, output_hidden_states=output_hidden_states, **kwargs)
         logits = self.qa_outputs(out.last_hidden_state)  # (B, T, 2)
-        if self.mask_padding and attention_mask is not None:
+        if attention_mask is not None and self.masks_padding():
             logits = logits.masked_fill(~attention_mask.bool()[..., None], torch.finfo(logits.dtype).min)
         start_logits, end_logits = (x.squeeze(-1).contiguous() for x in logits.split(1, dim=-1))  # (B, T) each
         loss = None

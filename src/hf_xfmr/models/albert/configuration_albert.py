@@ -45,6 +45,11 @@ class XfmrAlbertConfig(PretrainedConfig):
         tie_word_embeddings: share the input embedding matrix with the MLM decoder.
         sparse_prediction: in training mode with labels, the MLM head projects only the labelled positions
             (!= -100) onto the vocabulary. The loss is identical; `logits` then has shape (N_labelled, V).
+        unpad_inputs: run right-padded batches on their real tokens only (every head, training and
+            inference). Outputs at real positions are unchanged; hidden states at padding positions are
+            zeros, and question answering gives padding positions the lowest start/end logits (its loss
+            then covers real tokens only). False runs the padded layout, the reference's exact outputs
+            everywhere (QA loss included).
     """
 
     model_type = "xfmr-albert"
@@ -71,6 +76,7 @@ class XfmrAlbertConfig(PretrainedConfig):
     eos_token_id: int | None = 3
     tie_word_embeddings: bool = True
     sparse_prediction: bool = False
+    unpad_inputs: bool = True
 
     def __post_init__(self, **kwargs):
         for name in ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_hidden_groups",

@@ -22,11 +22,14 @@ Deliberate deviations from the reference (outputs are unchanged):
 - `num_hidden_groups` must divide `num_hidden_layers` (the reference silently accepts uneven groups);
 - with `config.sparse_prediction` in training mode with labels, the MLM head projects only labelled
   positions onto the vocabulary (`logits` is then (N, V)); the loss is the same number;
-- module names are the ones shared by every hf_xfmr model (`q_proj`, ..., `up_proj`, `down_proj`).
+- module names are the ones shared by every hf_xfmr model (`q_proj`, ..., `up_proj`, `down_proj`);
+- unpadding (`config.unpad_inputs`, on by default), as in BERT: a right-padded batch runs on its N real
+  tokens only (attention per sequence); outputs at real positions are unchanged, hidden states at padding
+  positions are zeros, and question answering masks padding (`heads.QuestionAnsweringHead`).
 As in the reference (and unlike Google's TF code), the feed-forward output has no dropout.
 
 Shapes: B batch, T sequence length, E embedding size, C hidden size, H heads, D head size (C / H),
-V vocabulary size, N number of labelled (masked) positions.
+V vocabulary size, N number of real (unpadded) tokens or of labelled (masked) positions.
 """
 
 from dataclasses import dataclass
@@ -37,11 +40,11 @@ from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ModelOutput
 
-from ...layers.attention import resolve_kernel
+from ...layers.attention import resolve_kernel, self_attention
 from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
-from ...layers.masks import padding_mask
 from ...layers.mlp import MLP, get_activation
+from ...layers.padding import encoder_padding
 from ..heads import (
     DropoutLinear,
     MaskedLMHead,
@@ -101,21 +104,15 @@ class XfmrAlbertAttention(nn.Module):
         self.v_proj = nn.Linear(config.hidden_size, config.hidden_size)
         self.o_proj = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
-        batch, seq_len, _ = hidden_states.shape
-        shape = (batch, seq_len, self.num_heads, self.head_dim)
-        q = self.q_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
-        k = self.k_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
-        v = self.v_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
-
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, varlen=None):
+        """Padded (B, T, C) with a mask, or unpadded (N, C) with `varlen` (a VarlenBatch)."""
         implementation = "eager" if output_attentions else self.config._attn_implementation
-        attention = resolve_kernel(implementation)
-        out, weights = attention(
-            self, q, k, v, attention_mask,
-            scaling=self.scaling, dropout=self.dropout_p if self.training else 0.0,
-        )
-        out = out.reshape(batch, seq_len, -1)  # (B, T, H, D) -> (B, T, C)
-        return self.o_proj(out), weights
+        tokens = hidden_states.shape[:-1]  # (B, T) or (N,)
+        heads = (*tokens, self.num_heads, self.head_dim)
+        q, k, v = (proj(hidden_states).view(heads) for proj in (self.q_proj, self.k_proj, self.v_proj))  # (..., H, D)
+        out, weights = self_attention(self, resolve_kernel(implementation), q, k, v, attention_mask, varlen,
+                                      scaling=self.scaling, dropout=self.dropout_p if self.training else 0.0)
+        return self.o_proj(out.reshape(*tokens, -1)), weights  # (..., H, D) -> (..., C)
 
 
 class XfmrAlbertLayer(GradientCheckpointingLayer):
@@ -129,8 +126,8 @@ class XfmrAlbertLayer(GradientCheckpointingLayer):
         self.mlp = MLP(config.hidden_size, config.intermediate_size, config.hidden_act, dropout=0.0)
         self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
-        attn_out, weights = self.attn(hidden_states, attention_mask, output_attentions)
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, varlen=None):
+        attn_out, weights = self.attn(hidden_states, attention_mask, output_attentions, varlen)
         hidden_states = self.attn_norm(hidden_states + self.attn_dropout(attn_out))
         hidden_states = self.mlp_norm(hidden_states + self.mlp(hidden_states))
         return hidden_states, weights
@@ -204,7 +201,7 @@ class XfmrAlbertModel(XfmrAlbertPreTrainedModel):
     ):
         """Inputs as for BERT; `inputs_embeds` is (B, T, E). `hidden_states` holds the projected embeddings
         and the output of every layer application (1 + num_hidden_layers * inner_group_num entries)."""
-        check_encoder_inputs(
+        _, seq_len = check_encoder_inputs(
             input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
             vocab_size=self.config.vocab_size, type_vocab_size=self.config.type_vocab_size,
             max_positions=self.config.max_position_embeddings,
@@ -215,20 +212,30 @@ class XfmrAlbertModel(XfmrAlbertPreTrainedModel):
         )
         return_dict = self.config.return_dict if return_dict is None else return_dict
 
+        # One decision per forward (layers.padding.encoder_padding): the real tokens only, or the padded
+        # layout with a mask, or without one. Both call the same modules in the same order.
+        varlen, mask = encoder_padding(attention_mask, unpad=self.config.unpad_inputs and not output_attentions)
+        if varlen is not None:  # the embeddings take the real tokens as one (1, N) row
+            if position_ids is None:  # numbered in the padded layout
+                position_ids = torch.arange(seq_len, device=attention_mask.device).unsqueeze(0)  # (1, T)
+            input_ids, token_type_ids, position_ids, inputs_embeds = varlen.unpad_inputs(
+                input_ids, token_type_ids, position_ids, inputs_embeds)
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, C)
-        # A mask of all ones is dropped so SDPA can take its fastest unmasked kernel (kept when compiling).
-        mask = None
-        if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
-            mask = padding_mask(attention_mask)  # (B, 1, 1, T) bool, True = attend
+        if varlen is not None:
+            hidden_states = hidden_states.squeeze(0)  # (N, C)
 
         all_hidden_states = (hidden_states,) if output_hidden_states else None
         all_attentions = () if output_attentions else None
         for layer in self.layer_schedule():
-            hidden_states, weights = layer(hidden_states, mask, output_attentions)
+            hidden_states, weights = layer(hidden_states, mask, output_attentions, varlen)
             if output_hidden_states:
                 all_hidden_states += (hidden_states,)
             if output_attentions:
                 all_attentions += (weights,)
+        if varlen is not None:  # back to (B, T, C), zeros at padding
+            hidden_states = varlen.pad(hidden_states)
+            if output_hidden_states:
+                all_hidden_states = tuple(varlen.pad(h) for h in all_hidden_states)
 
         pooled = self.pooler(hidden_states) if self.pooler is not None else None
         output = BaseModelOutputWithPooling(

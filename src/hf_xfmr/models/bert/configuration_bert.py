@@ -44,6 +44,11 @@ class XfmrBertConfig(PretrainedConfig):
             label (!= -100) onto the vocabulary. The loss is identical; `logits` then has shape (N_labelled, V)
             (eval mode returns the full logits, so Trainer evaluation works unchanged).
             This skips ~85% of the largest matmul in MLM pretraining.
+        unpad_inputs: run right-padded batches on their real tokens only (every head, training and
+            inference). Outputs at real positions are unchanged; hidden states at padding positions are
+            zeros, and question answering gives padding positions the lowest start/end logits (its loss
+            then covers real tokens only). False runs the padded layout, the reference's exact outputs
+            everywhere (QA loss included).
     """
 
     model_type = "xfmr-bert"
@@ -68,6 +73,7 @@ class XfmrBertConfig(PretrainedConfig):
     classifier_dropout: float | None = None
     tie_word_embeddings: bool = True
     sparse_prediction: bool = False
+    unpad_inputs: bool = True
 
     def __post_init__(self, **kwargs):
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",

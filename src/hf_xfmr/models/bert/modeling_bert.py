@@ -9,10 +9,14 @@ Deliberate deviations from the reference (outputs are unchanged):
   labelled positions onto the vocabulary (`logits` is then (N, V)); the loss is the same number.
 - projections use the names shared by every hf_xfmr model (`q_proj`, `k_proj`, `v_proj`, `o_proj`,
   `up_proj`, `down_proj`), so one LoRA target list fits all architectures.
-- unpadding: where nothing reads the outputs at padding positions (the MLM head with sparse prediction in
-  training, or `model.use_unpadding = True`), padding is removed once after the embeddings' inputs are
-  gathered, every layer runs on the N real tokens and attention runs per sequence (`varlen_attention`);
-  outputs at padding positions are then zeros. Real positions are unchanged.
+- unpadding (`config.unpad_inputs`, on by default): a right-padded batch runs on its real tokens only.
+  The embeddings' inputs are gathered once, every layer runs on the N real tokens, attention runs per
+  sequence (`varlen_attention`) and the (B, T, C) shape is restored once at the end. Outputs at real
+  positions are unchanged; at padding positions the hidden states are zeros (the reference computes
+  values there from pad tokens attending to the sequence, which nothing should read), so per-token heads
+  hold their output for a zero vector there, and question answering masks padding (see `heads.py`).
+  The padded path runs with `unpad_inputs=False`, `output_attentions=True`, under torch.compile and for
+  a batch where some row starts with padding (see `layers.padding.encoder_padding`).
 
 Shapes: B batch, T sequence length, C hidden size, H heads, D head size (C / H), V vocabulary size,
 K number of choices, N number of real (unpadded) tokens or of labelled (masked) positions.
@@ -26,12 +30,11 @@ from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ModelOutput
 
-from ...layers.attention import resolve_kernel, varlen_attention
+from ...layers.attention import resolve_kernel, self_attention
 from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
-from ...layers.masks import padding_mask
 from ...layers.mlp import MLP, get_activation
-from ...layers.padding import pad_input, varlen_batch
+from ...layers.padding import encoder_padding
 from ..heads import (
     MaskedLMHead,
     MultipleChoiceHead,
@@ -68,10 +71,11 @@ class XfmrBertEmbeddings(nn.Module):
         if position_ids is None:
             position_ids = self.default_position_ids(input_ids, seq_len, inputs_embeds.device)
         embeddings = inputs_embeds + self.position_embeddings(position_ids)
-        if token_type_ids is None:
-            embeddings = embeddings + self.token_type_embeddings.weight[0]  # every token is segment A
-        else:
-            embeddings = embeddings + self.token_type_embeddings(token_type_ids)
+        if token_type_ids is None:  # every token is segment A: one (1, 1, C) row, broadcast
+            token_type_ids = torch.zeros(1, 1, dtype=torch.long, device=embeddings.device)
+        # Always through the module, never by reading its weight: a forward must call the same modules
+        # whatever the batch holds (ZeRO-3 gathers parameters in module hooks; see XfmrBertModel).
+        embeddings = embeddings + self.token_type_embeddings(token_type_ids)
         return self.dropout(self.norm(embeddings))
 
 
@@ -96,24 +100,12 @@ class XfmrBertAttention(nn.Module):
     def forward(self, hidden_states, attention_mask=None, output_attentions=False, varlen=None):
         """Padded (B, T, C) with a mask, or unpadded (N, C) with `varlen` (a VarlenBatch)."""
         implementation = "eager" if output_attentions else self.config._attn_implementation
-        attention = resolve_kernel(implementation)
-        if varlen is not None:
-            shape = (hidden_states.shape[0], self.num_heads, self.head_dim)
-            q, k, v = (proj(hidden_states).view(shape) for proj in (self.q_proj, self.k_proj, self.v_proj))  # (N, H, D)
-            out = varlen_attention(self, attention, q, k, v, varlen.bounds, scaling=self.scaling,
-                                   dropout=self.dropout_p if self.training else 0.0)  # (N, H, D)
-            return self.o_proj(out.reshape(shape[0], -1)), None  # (N, C)
-        batch, seq_len, _ = hidden_states.shape
-        shape = (batch, seq_len, self.num_heads, self.head_dim)
-        q = self.q_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
-        k = self.k_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
-        v = self.v_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
-        out, weights = attention(
-            self, q, k, v, attention_mask,
-            scaling=self.scaling, dropout=self.dropout_p if self.training else 0.0,
-        )
-        out = out.reshape(batch, seq_len, -1)  # (B, T, H, D) -> (B, T, C)
-        return self.o_proj(out), weights
+        tokens = hidden_states.shape[:-1]  # (B, T) or (N,)
+        heads = (*tokens, self.num_heads, self.head_dim)
+        q, k, v = (proj(hidden_states).view(heads) for proj in (self.q_proj, self.k_proj, self.v_proj))  # (..., H, D)
+        out, weights = self_attention(self, resolve_kernel(implementation), q, k, v, attention_mask, varlen,
+                                      scaling=self.scaling, dropout=self.dropout_p if self.training else 0.0)
+        return self.o_proj(out.reshape(*tokens, -1)), weights  # (..., H, D) -> (..., C)
 
 
 class XfmrBertLayer(GradientCheckpointingLayer):
@@ -163,12 +155,13 @@ class XfmrBertPreTrainedModel(PreTrainedModel):
 class XfmrBertModel(XfmrBertPreTrainedModel):
     """The encoder: embeddings, `num_hidden_layers` post-LN layers and an optional [CLS] pooler.
 
-    With `use_unpadding` (an instance attribute; the MLM head turns it on for sparse-prediction training)
-    padded batches run on their real tokens only and the outputs at padding positions are zeros.
+    With `config.unpad_inputs` (the default) right-padded batches run on their real tokens only and the
+    outputs at padding positions are zeros. Both paths call the same modules in the same order, so the
+    module sequence never depends on the batch (whether it has padding): under ZeRO-3 every process must
+    run the same sequence, or they hang.
     """
 
     embeddings_class = XfmrBertEmbeddings
-    use_unpadding = False  # off by default: the reference's outputs at padding positions are kept
 
     def __init__(self, config, add_pooling_layer: bool = True):
         super().__init__(config)
@@ -176,6 +169,15 @@ class XfmrBertModel(XfmrBertPreTrainedModel):
         self.layers = nn.ModuleList(XfmrBertLayer(config, i) for i in range(config.num_hidden_layers))
         self.pooler = XfmrBertPooler(config) if add_pooling_layer else None
         self.post_init()
+
+    @property
+    def use_unpadding(self) -> bool:
+        """`config.unpad_inputs` under its former name (setting it sets the config field)."""
+        return self.config.unpad_inputs
+
+    @use_unpadding.setter
+    def use_unpadding(self, value: bool):
+        self.config.unpad_inputs = bool(value)
 
     def get_input_embeddings(self):
         return self.embeddings.word_embeddings
@@ -194,7 +196,7 @@ class XfmrBertModel(XfmrBertPreTrainedModel):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
     ):
-        check_encoder_inputs(
+        _, seq_len = check_encoder_inputs(
             input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
             vocab_size=self.config.vocab_size, type_vocab_size=self.config.type_vocab_size,
             max_positions=self.embeddings.max_length, position_table_size=self.config.max_position_embeddings,
@@ -205,65 +207,35 @@ class XfmrBertModel(XfmrBertPreTrainedModel):
         )
         return_dict = self.config.return_dict if return_dict is None else return_dict
 
-        # Unpadding sizes tensors by the number of real tokens, which a compiled graph cannot know: under
-        # torch.compile the padded path runs (same outputs at real positions, no graph break).
-        if (self.use_unpadding and attention_mask is not None and not output_attentions
-                and not torch.compiler.is_compiling() and not bool(attention_mask.all())):
-            return self._forward_unpadded(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                                          output_hidden_states, return_dict)
+        # One decision per forward: real tokens only, the padded layout with a mask, or without one.
+        varlen, mask = encoder_padding(attention_mask, unpad=self.config.unpad_inputs and not output_attentions)
+        if varlen is not None:  # the embeddings take the real tokens as one (1, N) row
+            if position_ids is None:  # numbered in the padded layout (RoBERTa's depend on the padding)
+                position_ids = self.embeddings.default_position_ids(input_ids, seq_len, attention_mask.device)
+            input_ids, token_type_ids, position_ids, inputs_embeds = varlen.unpad_inputs(
+                input_ids, token_type_ids, position_ids, inputs_embeds)
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, C)
-        # A mask of all ones is dropped so SDPA can take its fastest unmasked kernel. That test reads
-        # the data, so a compiled graph keeps the mask instead (same result, no graph break).
-        mask = None
-        if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
-            mask = padding_mask(attention_mask)  # (B, 1, 1, T) bool, True = attend
+        if varlen is not None:
+            hidden_states = hidden_states.squeeze(0)  # (N, C)
 
         all_hidden_states = (hidden_states,) if output_hidden_states else None
         all_attentions = () if output_attentions else None
         for layer in self.layers:
-            hidden_states, weights = layer(hidden_states, mask, output_attentions)
+            hidden_states, weights = layer(hidden_states, mask, output_attentions, varlen)
             if output_hidden_states:
                 all_hidden_states += (hidden_states,)
             if output_attentions:
                 all_attentions += (weights,)
+        if varlen is not None:  # back to (B, T, C), zeros at padding
+            hidden_states = varlen.pad(hidden_states)
+            if output_hidden_states:
+                all_hidden_states = tuple(varlen.pad(h) for h in all_hidden_states)
 
         pooled = self.pooler(hidden_states) if self.pooler is not None else None
         output = BaseModelOutputWithPooling(
             last_hidden_state=hidden_states, pooler_output=pooled,
             hidden_states=all_hidden_states, attentions=all_attentions,
         )
-        return output if return_dict else output.to_tuple()
-
-    def _forward_unpadded(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                          output_hidden_states, return_dict):
-        """Remove padding once, run every layer on the (N, C) real tokens, restore (B, T, C) at the end."""
-        source = input_ids if input_ids is not None else inputs_embeds
-        batch, seq_len = source.shape[:2]
-        varlen = varlen_batch(attention_mask, batch, seq_len)
-        if position_ids is None:
-            position_ids = self.embeddings.default_position_ids(input_ids, seq_len, source.device)
-        if token_type_ids is None:
-            token_type_ids = torch.zeros(1, 1, dtype=torch.long, device=source.device)
-
-        def unpad(x):  # (B or 1, T, ...) -> (1, N, ...): the embeddings take a batch dimension
-            x = x.expand(batch, seq_len, *x.shape[2:])
-            return x.reshape(batch * seq_len, *x.shape[2:]).index_select(0, varlen.indices)[None]
-
-        hidden_states = self.embeddings(
-            None if input_ids is None else unpad(input_ids), unpad(token_type_ids), unpad(position_ids),
-            None if inputs_embeds is None else unpad(inputs_embeds),
-        )[0]  # (N, C): real tokens only
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
-        for layer in self.layers:
-            hidden_states, _ = layer(hidden_states, None, False, varlen)
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-        hidden_states = pad_input(hidden_states, varlen.indices, batch, seq_len)  # (B, T, C), zeros at padding
-        if output_hidden_states:
-            all_hidden_states = tuple(pad_input(h, varlen.indices, batch, seq_len) for h in all_hidden_states)
-        pooled = self.pooler(hidden_states) if self.pooler is not None else None
-        output = BaseModelOutputWithPooling(last_hidden_state=hidden_states, pooler_output=pooled,
-                                            hidden_states=all_hidden_states)
         return output if return_dict else output.to_tuple()
 
 
@@ -287,15 +259,6 @@ class XfmrBertForMaskedLM(MaskedLMHead, XfmrBertPreTrainedModel):
     base_model_kwargs = {"add_pooling_layer": False}
     lm_head_class = XfmrBertLMHead
     _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
-
-    def encode(self, **inputs):
-        """Sparse-prediction training reads labelled (real) positions only: the encoder skips the padding."""
-        unpad = bool(self.config.sparse_prediction) and self.training
-        previous, self.model.use_unpadding = self.model.use_unpadding, unpad or self.model.use_unpadding
-        try:
-            return super().encode(**inputs)
-        finally:
-            self.model.use_unpadding = previous
 
 
 @dataclass
