@@ -14,10 +14,18 @@ Architecture names are accepted as `kind` too: bert/distilbert -> wordpiece, xln
 unigram, gpt/roberta/bart/modernbert -> bpe (BART uses the RoBERTa style). Token type ids follow each architecture (XLNet gives its
 final <cls> segment id 2). The result is a `PreTrainedTokenizerFast`; `save_pretrained` it.
 
+A tokenizer emits (`model_input_names`, kept by `save_pretrained`) what its model takes, decided in one place,
+`model_input_names(arch)`: the tokenizer outputs the architecture's base model accepts, `token_type_ids` only
+where its recipe marks the second segment. BERT, ALBERT and XLNet tokenizers emit input_ids, token_type_ids
+and attention_mask; DistilBERT, RoBERTa, GPT, ModernBERT, T5 and BART ones input_ids and attention_mask.
+`fit_tokenizer_to_model(tokenizer, model)` does the same for any tokenizer (a teacher's, one given by path)
+before it is saved next to a model.
+
 Command line: `python -m hf_xfmr.data.tokenizers --kind xlnet --vocab-size 8000 --out tok/`.
 """
 
 import argparse
+import inspect
 import itertools
 import warnings
 
@@ -82,6 +90,65 @@ def _resolve(kind: str, style: str | None) -> tuple[str, str]:
     return kind, style
 
 
+# What a tokenizer can emit for a model, in the order transformers' tokenizers use.
+_TOKENIZER_OUTPUTS = ("input_ids", "token_type_ids", "attention_mask")
+
+
+def _marks_segments(style: str) -> bool:
+    """Whether `style`'s pair template gives a token a type id other than 0 (a second segment, XLNet's <cls>)."""
+    return style in _TEMPLATES and any(not t.endswith(":0") for t in _TEMPLATES[style][1].split())
+
+
+def _recipe_architecture(kind: str, style: str | None) -> str | None:
+    """The registered architecture whose own recipe `train_tokenizer(kind, style=style)` is, else None."""
+    from ..models.registry import architectures
+
+    key = kind.lower()
+    if key not in {a.name for a in architectures()} or key not in _ALIASES or style not in (None, _ALIASES[key][1]):
+        return None
+    return key
+
+
+def model_input_names(arch) -> list[str]:
+    """What a tokenizer for `arch` (an architecture name, a config or an hf_xfmr model) must emit.
+
+    Read from the architecture itself: the tokenizer outputs (`input_ids`, `token_type_ids`,
+    `attention_mask`) its base model's `forward` accepts, keeping `token_type_ids` only where its tokenizer
+    recipe marks the second segment (BERT, ALBERT, XLNet). DistilBERT, ModernBERT, T5 and BART models do
+    not take token types; GPT and RoBERTa models accept them, but their recipes give every token type 0,
+    which adds nothing to RoBERTa (one type) and would change GPT's output (GPT-2 adds token types through
+    the word embeddings), so their tokenizers do not emit them, as in transformers.
+    Raises ValueError for something that is not an hf_xfmr architecture.
+    """
+    from ..models.registry import get_architecture
+
+    arch = get_architecture(arch)
+    main = arch.classes.get("base") or next(iter(arch.classes.values()))
+    taken = inspect.signature(main.forward).parameters
+    names = [n for n in _TOKENIZER_OUTPUTS if n in taken]
+    style = _ALIASES[arch.name][1] if arch.name in _ALIASES else None
+    if style is not None and not _marks_segments(style) and "token_type_ids" in names:
+        names.remove("token_type_ids")
+    return names
+
+
+def fit_tokenizer_to_model(tokenizer, model):
+    """Make `tokenizer` emit exactly what `model` takes, and return it.
+
+    Sets `tokenizer.model_input_names` (which `save_pretrained` keeps) to `model_input_names(model)`, so that,
+    e.g., a BERT teacher's tokenizer saved with a DistilBERT student stops emitting `token_type_ids`.
+    `model` is an hf_xfmr model or config; any other model leaves the tokenizer as it is.
+    """
+    try:
+        names = model_input_names(model)
+    except ValueError:  # not an hf_xfmr architecture: nothing here knows what it takes
+        return tokenizer
+    tokenizer.model_input_names = names
+    # save_pretrained writes only the settings named in init_kwargs; a new dict, as a copy.copy shares the old one.
+    tokenizer.init_kwargs = {**tokenizer.init_kwargs, "model_input_names": list(names)}
+    return tokenizer
+
+
 def train_tokenizer(kind: str = "wordpiece", corpus=None, vocab_size: int = 8000, *, style: str | None = None,
                     min_frequency: int = 2, lowercase: bool | None = None, model_max_length: int = 512,
                     max_documents: int | None = None):
@@ -92,6 +159,9 @@ def train_tokenizer(kind: str = "wordpiece", corpus=None, vocab_size: int = 8000
         `datasets` corpus with a `text` column (see `load_corpus`) or any iterable of strings.
     style: which special tokens and template (see the module table); defaults from `kind`.
     lowercase: defaults to True for WordPiece (uncased BERT), False otherwise.
+
+    Given an architecture name (with its own style), the tokenizer emits what that architecture's model takes
+    (`model_input_names(kind)`: no `token_type_ids` for "distilbert" although it shares BERT's WordPiece).
 
     The result has `len(tokenizer)` tokens, special tokens included: `vocab_size` at most, fewer when
     the corpus is too small to supply that many (a UserWarning then gives both numbers). Size the
@@ -105,6 +175,7 @@ def train_tokenizer(kind: str = "wordpiece", corpus=None, vocab_size: int = 8000
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
+    arch = _recipe_architecture(kind, style)
     kind, style = _resolve(kind, style)
     spec = _SPECIALS[style]
     specials = spec["special"]
@@ -167,9 +238,11 @@ def train_tokenizer(kind: str = "wordpiece", corpus=None, vocab_size: int = 8000
     elif kind == "bpe":
         tok.post_processor = processors.ByteLevel(trim_offsets=False)
 
-    # Segment-aware architectures get token_type_ids from the tokenizer; GPT/RoBERTa/ModernBERT do not use them.
-    names = ["input_ids", "token_type_ids", "attention_mask"] if style in ("bert", "xlnet", "albert") else \
-        ["input_ids", "attention_mask"]
+    # An architecture's own recipe emits what its model takes; a bare kind/style, token types where they mark segments.
+    if arch is not None:
+        names = model_input_names(arch)
+    else:
+        names = [n for n in _TOKENIZER_OUTPUTS if n != "token_type_ids" or _marks_segments(style)]
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, model_max_length=model_max_length, model_input_names=names,
         padding_side="left" if style == "xlnet" else "right", **spec["roles"])
@@ -181,9 +254,10 @@ def main(argv=None) -> None:
     parser.add_argument("--kind", default="wordpiece", help=f"one of {sorted(_ALIASES)}")
     parser.add_argument("--style", default=None, help="special-token style (see module docs)")
     parser.add_argument("--corpus", default=None, help="file/dir/dataset name; default: embedded corpus")
-    parser.add_argument("--text-column", default="text")
-    parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--min-frequency", type=int, default=2)
+    # Both spellings, as in `hf-xfmr` (--text_column / --text-column).
+    parser.add_argument("--text_column", "--text-column", default="text", help="the corpus column holding the text")
+    parser.add_argument("--vocab_size", "--vocab-size", type=int, default=8000)
+    parser.add_argument("--min_frequency", "--min-frequency", type=int, default=2)
     parser.add_argument("--out", required=True, help="output folder (save_pretrained)")
     args = parser.parse_args(argv)
     from .corpus import load_corpus

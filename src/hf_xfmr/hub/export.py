@@ -8,6 +8,7 @@ are given, the loss-curve plot. It is written to a temporary sibling folder and 
 the end, so a failed export never leaves a half-written folder behind.
 """
 
+import copy
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from transformers import PreTrainedModel
 
+from ..data.tokenizers import fit_tokenizer_to_model
 from ..models.registry import TASK_AUTO_CLASSES, Architecture, architectures, get_architecture
 from .cards import LOSS_CURVE_FILE, CardInfo, render_card
 from .flatten import FlattenError
@@ -203,8 +205,8 @@ def export(
         _write_generation_config(tmp, model)
         for name, text in code.files.items():
             (tmp / name).write_text(text, encoding="utf-8")
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
+        if tokenizer is not None:  # a copy emitting what the model takes (DistilBERT: no token_type_ids)
+            fit_tokenizer_to_model(copy.copy(tokenizer), model).save_pretrained(tmp)
         curves = []
         if training_logs is not None:
             from ..plots import plot_loss_curves

@@ -941,3 +941,6 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
         log_file=log_file, metrics_file=metrics_file, best_checkpoint=metrics["best_checkpoint"],
         label_names=data.label_names, hub_folder=hub_folder, model=model, tokenizer=tokenizer, trainer=trainer,
     )
+    from ..data.tokenizers import fit_tokenizer_to_model
+
+    fit_tokenizer_to_model(tokenizer, model)  # emit and save only what this model takes (DistilBERT: no token types)

@@ -572,6 +572,9 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
                          "model's own tokenizer (--tokenizer) or a larger vocab_size.")
     extra = {"attn_implementation": args.attn_implementation} if args.attn_implementation else {}
     if args.model_path:
+    from hf_xfmr.data.tokenizers import fit_tokenizer_to_model
+
+    fit_tokenizer_to_model(tokenizer, arch.name)  # e.g. a BERT --tokenizer for DistilBERT: no token_type_ids
         model = model_class.from_pretrained(args.model_path, **extra)
     else:
         model = model_class._from_config(config, **extra)
