@@ -687,6 +687,70 @@ def _jsonl_callback(path: Path):
     return JsonlLogCallback()
 
 
+# A classification finetune still at chance past STUCK_AFTER of its steps is stuck: its training loss within
+# STUCK_MARGIN x log(num_labels) of log(num_labels) (what a model giving every class the same probability scores;
+# the mean of the last STUCK_LOGS loss logs), or every validation prediction the same class.
+STUCK_AFTER = 0.3
+STUCK_MARGIN = 0.05
+STUCK_LOGS = 3
+
+
+def stuck_finetune_callback(num_labels: int, label_names=None, after: float = STUCK_AFTER,
+                            margin: float = STUCK_MARGIN):
+    """A Trainer callback that warns once (`logger.warning`) when a classification finetune is stuck at chance
+    past `after` of its steps (see STUCK_AFTER), with what to try. `callback.message` holds the warning (None
+    while the run looks healthy); `callback.watch(compute_metrics)` wraps the validation metrics function so
+    that the callback sees the predicted classes."""
+    import numpy as np
+    from transformers import TrainerCallback
+
+    chance = math.log(max(num_labels, 2))
+
+    class StuckFinetuneCallback(TrainerCallback):
+        def __init__(self):
+            self.message: str | None = None
+            self.losses: list[float] = []
+            self.only_class: int | None = None  # set by an evaluation whose predictions were all this class
+
+        def watch(self, compute_metrics):
+            def metrics(prediction):
+                predicted = np.unique(np.asarray(prediction.predictions).reshape(-1))
+                self.only_class = int(predicted[0]) if predicted.size == 1 else None
+                return compute_metrics(prediction)
+            return metrics
+
+        def _warn(self, state, reason: str) -> None:
+            self.message = (
+                f"Finetuning looks stuck at chance after {state.global_step} of {state.max_steps} steps: {reason}. "
+                "Try a lower --learning_rate (a pretrained model pushed into answering one class) or a higher one "
+                "(one that learns too slowly), a longer warm-up (--warmup_steps), more --num_train_epochs; check "
+                "that the label column holds the labels of the texts (--label_column); and finetune the same "
+                "architecture from random weights (--arch instead of --model_name_or_path): if that one learns, "
+                "the checkpoint is what holds it back.")
+            logger.warning(self.message)
+
+        def _late(self, state) -> bool:
+            return self.message is None and state.max_steps > 0 and state.global_step >= after * state.max_steps
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                self.losses.append(float(logs["loss"]))
+            if self._late(state) and self.losses:
+                recent = self.losses[-STUCK_LOGS:]
+                loss = sum(recent) / len(recent)
+                if loss >= (1 - margin) * chance:
+                    self._warn(state, f"the training loss is {loss:.3f}, and log({num_labels}) = {chance:.3f} is "
+                                      "what a model that gives every class the same probability scores")
+
+        def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+            only, self.only_class = self.only_class, None
+            if only is not None and self._late(state):
+                name = label_names[only] if label_names and 0 <= only < len(label_names) else only
+                self._warn(state, f"every validation prediction is the class {name!r}")
+
+    return StuckFinetuneCallback()
+
+
 def _compute_metrics(task: str, data: _TaskData, split: str):
     if task == CLASSIFICATION:
         return lambda p: classification_metrics(p.predictions, p.label_ids)
@@ -890,13 +954,17 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
 
     log_file = out / "log_history.jsonl"
     checkpoints = out / "checkpoints"
+    callbacks, compute_metrics = [_jsonl_callback(log_file)], _compute_metrics(args.task, data, "validation")
+    if args.task == CLASSIFICATION:  # warns when the run stays at chance
+        callbacks.append(stuck_finetune_callback(len(data.label_names), data.label_names))
+        compute_metrics = callbacks[-1].watch(compute_metrics)
     trainer = Trainer(
         model=model, args=_training_arguments(args, len(data.features["train"]), checkpoints),
         train_dataset=data.features["train"], eval_dataset=data.features["validation"],
         processing_class=tokenizer, data_collator=collator,
-        compute_metrics=_compute_metrics(args.task, data, "validation"),
+        compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=None if args.task == QUESTION_ANSWERING else _argmax_logits,
-        callbacks=[_jsonl_callback(log_file)],
+        callbacks=callbacks,
     )
     train_output = trainer.train()
     best = trainer.state.best_model_checkpoint
