@@ -547,6 +547,7 @@ def _finetune_options_file_action(fields: set[str]):
 def _run_finetune(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from hf_xfmr.training import NonFiniteLossError
     from hf_xfmr.training.finetune import FinetuneArguments, finetune
     from hf_xfmr.training.finetune_tasks import FinetuneError
 
@@ -555,6 +556,9 @@ def _run_finetune(args: argparse.Namespace) -> int:
         result = finetune(options)
     except FinetuneError as err:
         raise CommandError(str(err)) from None
+    except NonFiniteLossError as err:  # as pretrain: the run failed (status 1), the input was not wrong as such
+        print(f"{PROG} finetune: error: {err}", file=sys.stderr)
+        return 1
     metrics = result.metrics
     shown = {**metrics.get("eval", {}), **metrics.get("test", {}), **metrics.get("baseline", {})}
     keys = [k for k in shown if not k.endswith(("_runtime", "_per_second", "epoch"))]
@@ -633,10 +637,22 @@ def _run_export(args: argparse.Namespace) -> int:
     from hf_xfmr.hub import ExportError, export
     from hf_xfmr.models.conversion import load_checkpoint
 
+    from hf_xfmr.models.weights import check_weight_files
+
     src, out = Path(args.checkpoint), Path(args.folder)
     metrics = _key_values(args.metric, "--metric", number=True) or None
     training = _key_values(args.training, "--training", number=False) or None
     config = _read_config(src)
+    try:
+        check_weight_files(src)  # the message every command gives (a PEFT adapter folder, a truncated file, ...)
+    except ValueError as err:
+        raise CommandError(f"cannot load {src}: {err}") from None
+    card = dict(title=args.title, description=args.description, license=args.license, language=args.language,
+                datasets=args.dataset or (), base_model=args.base_model, tags=args.tag or (), metrics=metrics,
+                eval_dataset=args.eval_dataset, eval_dataset_config=args.eval_dataset_config,
+                eval_split=args.eval_split, eval_source=args.eval_source, training=training,
+                training_logs=args.training_log)
+    card.update(_finetune_run_card(src, card))
     try:
         model = load_checkpoint(src, task=args.task)
         if not config["model_type"].startswith("xfmr-"):
@@ -663,19 +679,43 @@ def _run_export(args: argparse.Namespace) -> int:
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="exporting without a tokenizer")  # said above already
-            folder = export(
-                model, tokenizer, out, repo_id=args.repo_id,
-                title=args.title, description=args.description, license=args.license, language=args.language,
-                datasets=args.dataset or (), base_model=args.base_model, tags=args.tag or (),
-                metrics=metrics, eval_dataset=args.eval_dataset, eval_dataset_config=args.eval_dataset_config,
-                eval_split=args.eval_split, training=training,
-                training_logs=args.training_log, max_shard_size=args.max_shard_size, overwrite=args.overwrite,
-            )
+            folder = export(model, tokenizer, out, repo_id=args.repo_id, **card, max_shard_size=args.max_shard_size,
+                            overwrite=args.overwrite)
     except ExportError as err:
         raise CommandError(str(err)) from None
     files = sorted(p.name for p in folder.iterdir())
     print(f"exported {type(model).__name__} ({model.config.model_type}) to {folder}: {', '.join(files)}")
     return 0
+
+
+def _finetune_run_card(src: Path, given: dict[str, Any]) -> dict[str, Any]:
+    """When SRC is the model/ or merged/ folder of a `hf-xfmr finetune` run (its finetune_args.json and
+    metrics.json sit next to it): the card fields of that run (base model, LoRA, metrics, settings, loss
+    log) that the options in `given` left unset."""
+    run = src.parent
+    if src.name not in ("model", "merged") or not (run / "finetune_args.json").is_file() \
+            or not (run / "metrics.json").is_file():
+        return {}
+    from hf_xfmr.training.finetune import card_fields
+
+    try:
+        fields = card_fields(json.loads((run / "finetune_args.json").read_text()),
+                             json.loads((run / "metrics.json").read_text()))
+    except (OSError, ValueError, AttributeError) as err:
+        print(f"warning: cannot read the finetune run in {run} ({err}); the card leaves it out", file=sys.stderr)
+        return {}
+    filled = {key: fields[key] for key in ("description", "base_model", "datasets", "training")
+              if fields.get(key) and not given[key]}
+    if not (given["metrics"] or given["eval_dataset"] or given["eval_source"]):
+        filled.update({key: fields[key] for key in ("metrics", "eval_dataset", "eval_dataset_config", "eval_split",
+                                                    "eval_source") if fields.get(key)})
+    if not given["training_logs"] and (run / "log_history.jsonl").is_file():
+        filled["training_logs"] = str(run / "log_history.jsonl")
+    if fields["tags"]:
+        filled["tags"] = list(dict.fromkeys([*fields["tags"], *given["tags"]]))
+    if filled:
+        print(f"model card: {', '.join(sorted(filled))} from the finetune run in {run}", file=sys.stderr)
+    return filled
 
 
 def _add_export(subparsers) -> None:
@@ -716,8 +756,8 @@ def _add_export(subparsers) -> None:
                              "publish fills it in otherwise)")
     parser.add_argument("--title", default=None, help="model card title (default: FOLDER's name)")
     parser.add_argument("--description", default=None, help="model card opening paragraph")
-    parser.add_argument("--license", default="apache-2.0",
-                        help="license id for the card metadata (default: apache-2.0)")
+    parser.add_argument("--license", default=None,
+                        help="license id for the card metadata, e.g. apache-2.0 (default: none stated)")
     parser.add_argument("--language", nargs="+", default=None, metavar="LANG", help="language codes, e.g. en")
     parser.add_argument("--dataset", action="append", metavar="ID", help="training dataset Hub id (repeatable)")
     parser.add_argument("--base-model", metavar="ID", default=None,
@@ -729,6 +769,9 @@ def _add_export(subparsers) -> None:
                         help="Hub id of the dataset the metrics come from")
     parser.add_argument("--eval-dataset-config", metavar="NAME", default=None, help="its configuration, e.g. sst2")
     parser.add_argument("--eval-split", metavar="SPLIT", default=None, help="its split, e.g. validation")
+    parser.add_argument("--eval-source", metavar="TEXT", default=None,
+                        help="where the metrics come from when it is not a Hub dataset, e.g. 'our dev.csv': "
+                             "they are then shown in the card's text, not in its model-index")
     parser.add_argument("--training", action="append", metavar="KEY=VALUE",
                         help="training setting shown in the card, e.g. learning_rate=5e-4 (repeatable)")
     parser.add_argument("--training-log", nargs="+", metavar="FILE", default=None,

@@ -69,6 +69,7 @@ def exported(tmp_path_factory, wordpiece_tokenizer):
             kwargs = dict(training_logs=_log(io / f"{name}.jsonl"), metrics={"accuracy": 0.25, "perplexity": 31.5},
                           eval_dataset="wikitext", eval_dataset_config="wikitext-2-raw-v1", eval_split="test",
                           datasets=["wikitext"], base_model="bert-base-uncased", language="en", tags=["tiny"],
+                          license="apache-2.0",
                           training={"steps": 40, "learning_rate": 1e-3, "objective": "mlm"},
                           description="A tiny test model.")
         cases[name] = dict(arch=arch, task=task, cls=cls, model=model, refusal=arch.name not in refused_archs,
@@ -85,7 +86,7 @@ def exported(tmp_path_factory, wordpiece_tokenizer):
         model, task = case["model"], case["task"]
         export_kwargs = {k: case[k] for k in ("training_logs", "metrics", "eval_dataset", "eval_dataset_config",
                                               "eval_split", "datasets", "base_model", "language", "tags", "training",
-                                              "description", "max_shard_size") if k in case}
+                                              "description", "max_shard_size", "license") if k in case}
         case["folder"] = export_quietly(model, fitting_tokenizer(wordpiece_tokenizer, model), root / name,
                                         **export_kwargs)
         inputs = model_inputs(model, task)

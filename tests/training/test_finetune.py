@@ -181,7 +181,8 @@ def test_from_scratch_lora_saves_its_base_and_publishes(tmp_path, wordpiece_toke
     assert calls[0][1] is result.model and type(result.model).__name__ == "XfmrBertForSequenceClassification"
     assert calls[0][2] == calls[1][1] == result.hub_folder and calls[1][2] == "someone/tiny-sentiment"
     card = calls[0][3]
-    assert card["training"]["lora"] is True and "metrics" not in card  # local data: no Hub dataset id
+    assert card["training"]["lora"] is True and "eval_dataset" not in card  # local data: no Hub dataset id
+    assert card["eval_source"] == "the validation split of a custom dataset" and "license" not in card
     assert card["training_logs"] == str(result.log_file) and card["repo_id"] == "someone/tiny-sentiment"
     accuracy = result.metrics["eval"]["eval_accuracy"]
     assert f"accuracy {accuracy:.4g}" in card["description"]

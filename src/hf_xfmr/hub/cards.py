@@ -6,6 +6,7 @@ package (`hf_xfmr/hub/model_cards`, a link to the repository's top-level `model_
 a copy in an installed wheel) or, failing that, in the checkout's top-level `model_cards/`.
 """
 
+import json
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,47 @@ def template_for(task: str, can_generate: bool = False) -> tuple[str, str | None
     return TASK_FAMILIES[task]
 
 
+def _is_model_id(text: str) -> bool:
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if text.count("/") > 1 or text.startswith((".", "/", "~")) or text.endswith("/"):
+        return False
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        return False
+    return True
+
+
+def hub_model_id(name_or_path) -> str | None:
+    """The Hub model id that `name_or_path` (what a model was loaded from) stands for, for a card's
+    `base_model`; None when there is no real id to name (a local folder of unknown origin).
+
+    A string that is not a local path is taken as the id itself; a folder in the Hugging Face cache
+    (`models--owner--name/snapshots/<revision>`) gives `owner/name`; any other folder gives the id its
+    config.json records in `_name_or_path` (as transformers 4 saved it), if that is an id and not a path.
+    """
+    if name_or_path is None:
+        return None
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if not path.exists():
+        return text if _is_model_id(text) else None
+    parts = path.resolve().parts
+    for i, part in enumerate(parts[:-2]):
+        if part.startswith("models--") and parts[i + 1] == "snapshots":
+            candidate = part.removeprefix("models--").replace("--", "/")
+            return candidate if _is_model_id(candidate) else None
+    try:
+        recorded = json.loads((path / "config.json").read_text()).get("_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(recorded, str) and recorded and not Path(recorded).expanduser().exists() and _is_model_id(recorded):
+        return recorded
+    return None
+
+
 @dataclass
 class CardInfo:
     """Everything a model card shows; `export` fills it from the model and its arguments."""
@@ -79,7 +121,7 @@ class CardInfo:
     can_generate: bool = False
     description: str | None = None
     repo_id: str | None = None
-    license: str | None = "apache-2.0"
+    license: str | None = None  # only what the user gave: a card never claims a licence by default
     language: str | Sequence[str] | None = None
     datasets: Sequence[str] = ()
     base_model: str | None = None
@@ -88,6 +130,7 @@ class CardInfo:
     eval_dataset: str | None = None
     eval_dataset_config: str | None = None
     eval_split: str | None = None
+    eval_source: str | None = None  # where `metrics` come from when it is not a Hub dataset (text only)
     training: Mapping[str, Any] | None = None
     loss_curves: list = field(default_factory=list)  # plots.LossCurves of the training logs
     loss_curve_file: str | None = None
@@ -98,10 +141,11 @@ def _metadata(info: CardInfo, pipeline_tag: str | None) -> str:
 
     tags = list(dict.fromkeys(["hf_xfmr", info.arch_name, info.model_type, "custom_code", *info.tags]))
     eval_results = None
-    if info.metrics:
-        if not info.eval_dataset:
-            raise ValueError("evaluation metrics need the dataset they were measured on: pass eval_dataset "
-                             "(a Hub dataset id such as 'glue')")
+    if info.metrics and not info.eval_dataset and not info.eval_source:
+        raise ValueError("evaluation metrics need the dataset they were measured on: pass eval_dataset "
+                         "(a Hub dataset id such as 'glue'), or eval_source (a description of other data; the "
+                         "metrics are then shown in the card's text only, not in its model-index)")
+    if info.metrics and info.eval_dataset:  # the model-index needs a Hub dataset id
         eval_results = [
             EvalResult(
                 task_type=pipeline_tag or info.task, dataset_type=info.eval_dataset,
@@ -193,8 +237,11 @@ def _training(info: CardInfo) -> str:
 def _evaluation(info: CardInfo) -> str:
     if not info.metrics:
         return "No evaluation results were given for this export."
-    where = info.eval_dataset + (f" ({info.eval_dataset_config})" if info.eval_dataset_config else "")
-    where += f", split `{info.eval_split}`" if info.eval_split else ""
+    if info.eval_dataset:
+        where = info.eval_dataset + (f" ({info.eval_dataset_config})" if info.eval_dataset_config else "")
+        where += f", split `{info.eval_split}`" if info.eval_split else ""
+    else:
+        where = info.eval_source
     rows = [(name, f"{_metric_value(name, value):.4g}") for name, value in info.metrics.items()]
     return f"On {where}:\n\n" + _table(rows, ("metric", "value"))
 
@@ -233,5 +280,5 @@ def render_card(info: CardInfo) -> str:
         raise ValueError(f"model card template {path} has an unknown or malformed placeholder: {err}") from None
 
 
-__all__ = ["CardInfo", "LOSS_CURVE_FILE", "REPO_ID_PLACEHOLDER", "TASK_FAMILIES", "render_card", "template_for",
-           "templates_dir"]
+__all__ = ["CardInfo", "LOSS_CURVE_FILE", "REPO_ID_PLACEHOLDER", "TASK_FAMILIES", "hub_model_id", "render_card",
+           "template_for", "templates_dir"]

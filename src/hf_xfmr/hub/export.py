@@ -145,7 +145,7 @@ def export(
     repo_id: str | None = None,
     title: str | None = None,
     description: str | None = None,
-    license: str | None = "apache-2.0",
+    license: str | None = None,
     language: str | Sequence[str] | None = None,
     datasets: Sequence[str] = (),
     base_model: str | None = None,
@@ -154,6 +154,7 @@ def export(
     eval_dataset: str | None = None,
     eval_dataset_config: str | None = None,
     eval_split: str | None = None,
+    eval_source: str | None = None,
     training: Mapping[str, Any] | None = None,
     training_logs=None,
     max_shard_size: int | str = "5GB",
@@ -172,9 +173,11 @@ def export(
             fills it in when left out).
         title, description: the card's heading (default: the folder name) and opening paragraph.
         license, language, datasets, base_model, tags: the card's metadata (Hub ids for datasets and
-            base_model).
+            base_model). No licence is stated unless one is given.
         metrics: evaluation results, e.g. {"accuracy": 0.91}, measured on `eval_dataset` (a Hub dataset
-            id; with `eval_dataset_config` and `eval_split`); they go into the card's model-index.
+            id; with `eval_dataset_config` and `eval_split`): they go into the card's model-index and its
+            Evaluation section. Measured on other data, pass `eval_source` instead (a description, e.g.
+            "the validation split of train.csv"): they are then shown in the Evaluation section only.
         training: training settings shown in the card, e.g. {"steps": 1000, "learning_rate": 5e-4}.
         training_logs: JSON-lines training logs (Trainer's log_history records; see `hf_xfmr.plots`): a
             path, a list of paths or a {label: path} mapping. Their loss curves are plotted into
@@ -222,7 +225,7 @@ def export(
             code_files=sorted(code.files), can_generate=model.can_generate(), description=description,
             repo_id=repo_id, license=license, language=language, datasets=tuple(datasets), base_model=base_model,
             tags=tuple(tags), metrics=metrics, eval_dataset=eval_dataset, eval_dataset_config=eval_dataset_config,
-            eval_split=eval_split, training=training, loss_curves=curves,
+            eval_split=eval_split, eval_source=eval_source, training=training, loss_curves=curves,
             loss_curve_file=LOSS_CURVE_FILE if curves else None,
         )
         try:

@@ -409,7 +409,9 @@ def _load_teacher(source):
     if not path.is_dir():
         raise FileNotFoundError(f"Teacher {source!r} is not a checkpoint folder (config.json + weights).")
     from ..models.conversion import load_checkpoint
+    from ..models.weights import check_weight_files
 
+    check_weight_files(path)  # the message every command gives for a truncated or missing weights file
     return _as_ours(load_checkpoint(path, task="masked-lm")), path
 
 
@@ -423,7 +425,9 @@ def _load_student(source, teacher, args):
             student = _as_ours(source)
         else:
             from ..models.conversion import load_checkpoint
+            from ..models.weights import check_weight_files
 
+            check_weight_files(source)
             student = _as_ours(load_checkpoint(Path(source), task="masked-lm"))
         if args.alpha_cos > 0 and student.config.hidden_size != teacher.config.hidden_size:
             raise ValueError(
@@ -476,7 +480,9 @@ def distill(args: DistillArguments) -> DistillResult:
 
     if args.output_dir is not None:
         out = Path(args.output_dir)
-        if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite_output_dir:
+        if out.exists() and not out.is_dir():
+            raise FileExistsError(f"--output_dir {out} is a file, not a folder: choose another path.")
+        if out.exists() and any(out.iterdir()) and not args.overwrite_output_dir:
             raise FileExistsError(f"`output_dir` {out} exists and is not empty; pass overwrite_output_dir=True.")
     torch.manual_seed(args.seed)
     teacher, teacher_path = _load_teacher(args.teacher)

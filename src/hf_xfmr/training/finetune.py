@@ -25,6 +25,7 @@ JSON object per line, written as training goes), `finetune_args.json`; `checkpoi
 `keep_checkpoints=True`.
 """
 
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ..models.weights import check_weight_files
 from .finetune_tasks import (
     CLASSIFICATION,
     FINETUNE_TASKS,
@@ -53,6 +55,7 @@ from .finetune_tasks import (
     pick_column,
     postprocess_qa,
     qa_metrics,
+    rows_without_text,
     tagging_metrics,
     tokenize_classification,
     tokenize_qa,
@@ -154,6 +157,9 @@ class FinetuneArguments:
     greater_is_better: bool | None = _help("whether a larger --metric_for_best_model is better (default: "
                                            "True, False for loss)", default=None)
     seed: int = _help("random seed (model init, data order, dropout)", default=42)
+    nan_policy: Literal["stop", "skip"] = _help(
+        "on a NaN/inf training loss: stop with an error naming the step (no model is saved), or skip that batch "
+        "(no update from it) and count it", default="stop")
     bf16: bool = _help("bfloat16 mixed precision", default=False)
     use_cpu: bool = _help("train on the CPU even when a GPU is available", default=False)
     dataloader_num_workers: int = _help("data loading worker processes", default=0)
@@ -194,6 +200,8 @@ class FinetuneArguments:
             raise FinetuneError(f"--lora_dropout must be in [0, 1), got {self.lora_dropout}.")
         if self.learning_rate is not None and self.learning_rate <= 0:
             raise FinetuneError(f"--learning_rate must be > 0, got {self.learning_rate}.")
+        if self.nan_policy not in ("stop", "skip"):
+            raise FinetuneError(f"--nan_policy must be stop or skip, got {self.nan_policy!r}.")
         if self.max_steps <= 0 and self.num_train_epochs <= 0:
             raise FinetuneError("Set --num_train_epochs > 0 or --max_steps > 0.")
         if self.task == QUESTION_ANSWERING and not 0 <= self.doc_stride < self.max_seq_length // 2:
@@ -362,8 +370,8 @@ class _TaskData:
     max_answer_length: int = 30
 
 
-def _inspect_columns(raw, args: FinetuneArguments) -> _TaskData:
-    columns = raw["train"].column_names
+def _find_columns(columns: list[str], args: FinetuneArguments) -> dict:
+    """The task's columns (role -> column name) among `columns`: those named by options, else found by name."""
     if args.task == CLASSIFICATION:
         found = {
             "text": pick_column(columns, args.text_column, TEXT_COLUMNS, "text", "text_column"),
@@ -378,6 +386,11 @@ def _inspect_columns(raw, args: FinetuneArguments) -> _TaskData:
         found = {"question": pick_column(columns, args.question_column, (), "questions", "question_column"),
                  "context": pick_column(columns, args.context_column, (), "contexts", "context_column"),
                  "answers": pick_column(columns, args.answers_column, (), "answers", "answers_column")}
+    return found
+
+
+def _inspect_columns(raw, args: FinetuneArguments) -> _TaskData:
+    found = _find_columns(raw["train"].column_names, args)
     for split_name, split in raw.items():  # every split needs the columns found in train
         missing = [c for c in found.values() if c is not None and c not in split.column_names]
         if missing:
@@ -392,6 +405,41 @@ def _inspect_columns(raw, args: FinetuneArguments) -> _TaskData:
         for split_name, split in raw.items():
             check_answers(split, found["answers"], found["context"], split_name)
     return _TaskData(raw=raw, columns=found, label_names=names, lookup=lookup)
+
+
+def _text_columns(args: FinetuneArguments, found: dict) -> dict[str, str]:
+    """The columns of `found` that hold the texts (words for tagging), each with the option naming it."""
+    options = {"text": "text_column", "pair": "text_pair_column", "tokens": "tokens_column",
+               "question": "question_column", "context": "context_column"}
+    return {found[role]: option for role, option in options.items() if found.get(role) is not None}
+
+
+def _skip_rows_without_text(raw, args: FinetuneArguments):
+    """`raw` (a DatasetDict as loaded, before a validation split is held out, so that row indices are those
+    of the files) without the rows that lack a text (an empty CSV cell): nothing to learn from or to
+    predict for. A warning says how many were skipped, and which."""
+    import datasets
+
+    if "train" not in raw:
+        return raw  # _standard_splits says so
+    columns = _text_columns(args, _find_columns(raw["train"].column_names, args))
+    kept = {}
+    for split_name, split in raw.items():
+        present = {column: option for column, option in columns.items() if column in split.column_names}
+        missing = rows_without_text(split, present, split_name, word_lists=args.task == TAGGING)
+        if missing and len(missing) == len(split):
+            raise FinetuneError(f"Split {split_name!r} has no row with a value in column(s) {', '.join(columns)}: "
+                                "every one is empty. Check the data, or name the right column(s) with "
+                                f"{', '.join('--' + option for option in columns.values())}.")
+        if missing:
+            shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
+            logger.warning("Skipped %d of %d rows of split %r: no text in column(s) %s (row indices %s; an empty "
+                           "CSV cell reads as no text).", len(missing), len(split), split_name, ", ".join(columns),
+                           shown)
+            absent = set(missing)
+            split = split.select([i for i in range(len(split)) if i not in absent])
+        kept[split_name] = split
+    return datasets.DatasetDict(kept)
 
 
 def _tokenize(data: _TaskData, tokenizer, args: FinetuneArguments, accepted: set[str]) -> None:
@@ -522,6 +570,10 @@ def _load_head(path: Path, task: str | None, data: "_TaskData | None" = None, **
     config_file = path / "config.json"
     if not config_file.is_file():
         raise FinetuneError(f"--model_name_or_path {path} is not a checkpoint folder (no config.json there).")
+    try:
+        check_weight_files(path)  # the same message as every other command for a truncated or missing file
+    except ValueError as err:
+        raise FinetuneError(str(err)) from None
     config = json.loads(config_file.read_text())
     model_type = config.get("model_type")
     with tempfile.TemporaryDirectory() as tmp:
@@ -662,11 +714,47 @@ def load_adapter_model(adapter_dir, base_model_name_or_path=None):
     adapter_dir = Path(adapter_dir)
     if not (adapter_dir / "adapter_config.json").is_file():
         raise FinetuneError(f"{adapter_dir} is not an adapter folder (no adapter_config.json).")
+    try:
+        check_weight_files(adapter_dir, adapter=True)
+    except ValueError as err:
+        raise FinetuneError(str(err)) from None
     base = base_model_name_or_path or PeftConfig.from_pretrained(adapter_dir).base_model_name_or_path
     if not base:
         raise FinetuneError(f"{adapter_dir}: the adapter does not record its base model; pass base_model_name_or_path.")
-    model, _ = _load_head(Path(base), None, config=AutoConfig.from_pretrained(adapter_dir))
+    # transformers' load report would list the head (and a new pooler) as MISSING from the base, although
+    # the adapter restores them right below: it is muted, and only weights that neither holds are named.
+    with _muted_load_report():
+        model, info = _load_head(Path(base), None, config=AutoConfig.from_pretrained(adapter_dir))
+    restored = _adapter_restores(adapter_dir)
+    missing = sorted(key for key in info.get("missing_keys", ()) if key not in restored)
+    if missing:
+        logger.warning("%d weight(s) are neither in the base model %s nor in the adapter %s, so they are randomly "
+                       "initialised: %s", len(missing), base, adapter_dir, ", ".join(missing))
     return PeftModel.from_pretrained(model, adapter_dir)
+
+
+@contextlib.contextmanager
+def _muted_load_report():
+    """Drop transformers' `from_pretrained` load report (a "LOAD REPORT" warning of
+    `transformers.modeling_utils`); its other messages pass. (A filter, not a higher level: at WARNING and
+    above, `from_pretrained` logs a tensor-parallel plan check of its own.)"""
+    report = logging.getLogger("transformers.modeling_utils")
+    muted = logging.Filter()
+    muted.filter = lambda record: "LOAD REPORT" not in record.getMessage()
+    report.addFilter(muted)
+    try:
+        yield
+    finally:
+        report.removeFilter(muted)
+
+
+def _adapter_restores(adapter_dir: Path) -> set[str]:
+    """Names (in the base model) of the weights a PEFT adapter folder holds in full: its `modules_to_save`,
+    stored as `base_model.model.<name>`."""
+    from safetensors import safe_open
+
+    with safe_open(str(adapter_dir / "adapter_model.safetensors"), framework="pt") as f:
+        return {key.removeprefix("base_model.model.") for key in f.keys()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -749,6 +837,55 @@ def stuck_finetune_callback(num_labels: int, label_names=None, after: float = ST
                 self._warn(state, f"every validation prediction is the class {name!r}")
 
     return StuckFinetuneCallback()
+
+
+def _trainer(nan_policy: str, **kwargs):
+    """transformers' Trainer, checking every training loss as pretraining does (`--nan_policy`): a NaN/inf
+    loss stops the run with a NonFiniteLossError naming the step ("stop"), or gives no gradient and is
+    counted in `trainer.skipped_batches` ("skip"). Trainer alone would keep training and hide such losses
+    in its log (`logging_nan_inf_filter`)."""
+    import torch
+    from transformers import Trainer
+
+    from .pretrain import NonFiniteLossError
+
+    class FinetuneTrainer(Trainer):
+        skipped_batches = 0
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            result = super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                          num_items_in_batch=num_items_in_batch)
+            loss = result[0] if return_outputs else result
+            if not model.training:  # evaluation losses are reported as they are
+                return result
+            bad = (~torch.isfinite(loss.detach())).any().float()
+            if self.args.world_size > 1:  # every process decides alike (else one would wait for the others)
+                bad = self.accelerator.reduce(bad, reduction="sum")
+            if not bad:
+                return result
+            if nan_policy == "stop":
+                raise NonFiniteLossError(_nonfinite_message(model, self.state.global_step + 1))
+            self.skipped_batches += 1
+            loss = loss.detach().requires_grad_()  # backward reaches no weight: this batch updates nothing
+            return (loss, *result[1:]) if return_outputs else loss
+
+    return FinetuneTrainer(**kwargs)
+
+
+def _nonfinite_message(model, step: int) -> str:
+    import torch
+
+    broken = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p.detach()).all())]
+    if broken and step == 1:
+        cause = (f" The model's weights hold NaN/inf values before any update ({len(broken)} tensor(s), e.g. "
+                 f"{broken[0]}): the checkpoint (--model_name_or_path) is damaged; save or download it again.")
+    elif broken:
+        cause = (f" Training diverged: {len(broken)} weight tensor(s) hold NaN/inf values (e.g. {broken[0]}). Lower "
+                 "--learning_rate or raise --warmup_steps.")
+    else:
+        cause = " The weights are finite, so a batch produced it: check the data, or lower --learning_rate."
+    return (f"The training loss is not finite (NaN or inf) at step {step}; no model was saved.{cause} "
+            "Pass --nan_policy skip to skip such batches instead.")
 
 
 def _compute_metrics(task: str, data: _TaskData, split: str):
@@ -853,43 +990,102 @@ def _check_hub() -> tuple:
     return export, publish
 
 
-def _publish(hub, model, tokenizer, args: FinetuneArguments, metrics: dict, log_file: Path, folder: Path,
-             given_dataset: bool) -> Path:
+def _provenance(args: FinetuneArguments, given_dataset: bool) -> dict:
+    """Where the model and the data came from, as a model card names them, resolved while the run's
+    relative paths still mean what they meant (saved in metrics.json): the base model's Hub id (None for
+    a local folder of unknown origin or a from-scratch model), the Hub dataset (None for local data), and
+    a description of the data."""
+    from ..hub.cards import hub_model_id
+
+    hub_dataset = None
+    if given_dataset:
+        data = "a custom dataset"
+    elif args.dataset in BUILTIN_DATASETS:
+        data = "the VADER human-rated sentences (Hutto & Gilbert, ICWSM 2014; vaderSentiment sdist, MIT)"
+    elif args.dataset is not None and not Path(args.dataset).exists():
+        data = hub_dataset = args.dataset
+    else:
+        data = f"local data (`{Path(args.dataset or args.train_file).name}`)"
+    return {"base_model": hub_model_id(args.model_name_or_path), "lora": args.lora, "dataset": hub_dataset,
+            "dataset_config": args.dataset_config if hub_dataset else None, "data": data}
+
+
+def card_fields(settings: dict, metrics: dict) -> dict:
+    """The model-card fields of a finetuning run (keyword arguments of `hf_xfmr.hub.export`), from its options
+    (`finetune_args.json`) and its `metrics.json`: a description; the base model (a Hub id, when the run
+    started from one) and a `lora` tag; the training settings; the test metrics (validation ones without
+    a test split), in the card's model-index when measured on a Hub dataset, else in its text only.
+    `--push_to_hub` and `hf-xfmr export` of a run's model/ or merged/ folder both use it."""
+    origin = metrics.get("provenance") or {}
+    lora = bool(settings.get("lora"))
+    split = "test" if "test" in metrics else "validation"
+    prefix = "test_" if split == "test" else "eval_"
+    results = {key.removeprefix(prefix): value for key, value in (metrics.get(prefix[:-1]) or {}).items()
+               if isinstance(value, float) and math.isfinite(value) and key != "epoch"
+               and not key.endswith(("_runtime", "_per_second"))}
+    majority = (metrics.get("baseline") or {}).get(f"{split}_majority_accuracy")
+    if results and majority is not None:
+        results["majority_accuracy"] = majority
+    max_steps = settings.get("max_steps") or -1
+    training = {"task": settings.get("task"), "lora": lora,
+                "learning_rate": settings.get("learning_rate") or (5e-4 if lora else 5e-5),
+                "epochs": settings.get("num_train_epochs") if max_steps <= 0 else None,
+                "max_steps": max_steps if max_steps > 0 else None,
+                "per_device_train_batch_size": settings.get("per_device_train_batch_size"),
+                "max_seq_length": settings.get("max_seq_length"), "best_checkpoint": metrics.get("best_checkpoint")}
+    if lora:
+        training.update(lora_r=settings.get("lora_r"), lora_alpha=settings.get("lora_alpha"))
+    base = origin.get("base_model")
+    start = f"from `{base}`" if base else "from scratch" if settings.get("arch") else "from a local checkpoint"
+    how = (f"with LoRA (r={settings.get('lora_r')}, alpha={settings.get('lora_alpha')}; adapters merged into the "
+           "weights)" if lora else "in full")
+    data = origin.get("data") or "its training data"
+    shown = ", ".join(f"{k} {v:.4g}" for k, v in results.items())
+    description = (f"Finetuned {how} {start} with `hf-xfmr finetune` for {settings.get('task')} on {data}"
+                   + (f" ({split} split: {shown})." if shown else "."))
+    fields = dict(description=description, base_model=base, tags=["lora"] if lora else [],
+                  training={k: v for k, v in training.items() if v is not None})
+    if origin.get("dataset"):
+        fields["datasets"] = [origin["dataset"]]
+    if results and origin.get("dataset"):  # the model-index names a Hub dataset
+        fields.update(metrics=results, eval_dataset=origin["dataset"], eval_dataset_config=origin.get("dataset_config"),
+                      eval_split=split)
+    elif results:
+        fields.update(metrics=results, eval_source=f"the {split} split of {data}")
+    return fields
+
+
+def _publish(hub, model, tokenizer, args: FinetuneArguments, metrics: dict, log_file: Path, folder: Path) -> Path:
     """`--push_to_hub REPO`: export the final model (merged with --lora) as a self-contained Hub folder with a
-    model card (test metrics, or validation ones without a test split; the training settings; the loss
-    curve of the log), then upload that folder. Credentials come from HF_TOKEN or `hf auth login`."""
+    model card (`card_fields`, and the loss curve of the log), then upload that folder. Credentials come
+    from HF_TOKEN or `hf auth login`."""
     export, publish = hub
-    split, prefix = ("test", "test_") if "test" in metrics else ("eval", "eval_")
-    card_metrics = {k.removeprefix(prefix): v for k, v in metrics[split].items()
-                    if isinstance(v, float) and not k.endswith(("_runtime", "_per_second", "loss")) and k != "epoch"}
-    training = {"task": args.task, "lora": args.lora,
-                "learning_rate": args.learning_rate or (5e-4 if args.lora else 5e-5),
-                "epochs": args.num_train_epochs if args.max_steps <= 0 else None, "max_steps": args.max_steps
-                if args.max_steps > 0 else None, "per_device_train_batch_size": args.per_device_train_batch_size,
-                "max_seq_length": args.max_seq_length, "best_checkpoint": metrics.get("best_checkpoint")}
-    if args.lora:
-        training.update(lora_r=args.lora_r, lora_alpha=args.lora_alpha)
-    from_args = not given_dataset
-    source = (args.dataset or args.train_file) if from_args else "a custom dataset"
-    if from_args and args.dataset in BUILTIN_DATASETS:
-        source = "the VADER human-rated sentences (Hutto & Gilbert, ICWSM 2014; vaderSentiment sdist, MIT)"
-    on_hub = (from_args and args.dataset is not None and args.dataset not in BUILTIN_DATASETS
-              and not Path(args.dataset).exists())
-    results = ", ".join(f"{k} {v:.4g}" for k, v in card_metrics.items())
-    description = f"Finetuned with `hf-xfmr finetune` for {args.task} on {source}" + (
-        f" ({'test' if split == 'test' else 'validation'} split: {results})." if results else ".")
-    # The card's model-index needs a Hub dataset id; metrics on local data go into the description only.
-    card = dict(metrics=card_metrics or None, eval_dataset=args.dataset, eval_dataset_config=args.dataset_config,
-                eval_split="test" if split == "test" else "validation") if on_hub and card_metrics else {}
-    export(model, tokenizer, folder, repo_id=args.push_to_hub, description=description, **card,
-           training={k: v for k, v in training.items() if v is not None}, training_logs=str(log_file), overwrite=True)
+    export(model, tokenizer, folder, repo_id=args.push_to_hub, **card_fields(dataclasses.asdict(args), metrics),
+           training_logs=str(log_file), overwrite=True)
     publish(folder, args.push_to_hub)
     return folder
 
 
+def _name_base_model_in_adapter_card(adapter_dir: Path, base_model: str | None) -> None:
+    """PEFT's `save_pretrained` writes a card (README.md) whose `base_model` is the local base folder, which
+    is no Hub id: name the Hub id (`base_model`, with PEFT's `base_model:adapter:` tag), or none."""
+    from huggingface_hub import ModelCard
+
+    path = adapter_dir / "README.md"
+    if not path.is_file():
+        return
+    card = ModelCard.load(path)
+    card.data.base_model = base_model
+    tags = [tag for tag in (card.data.tags or []) if not tag.startswith("base_model:")]
+    card.data.tags = ([f"base_model:adapter:{base_model}"] if base_model else []) + ["hf_xfmr"] + tags
+    card.save(path)
+
+
 def _prepare_output(args: FinetuneArguments) -> Path:
     out = Path(args.output_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.exists() and not out.is_dir():
+        raise FinetuneError(f"--output_dir {out} is a file, not a folder: choose another path.")
+    if out.exists() and any(out.iterdir()):
         if not args.overwrite_output_dir:
             raise FinetuneError(f"--output_dir {out} exists and is not empty; pass --overwrite_output_dir or "
                                 "choose another folder.")
@@ -908,11 +1104,11 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
 
     dataset: a `datasets.DatasetDict` (or `Dataset`, used as train) to use instead of `args.dataset`.
     tokenizer: a tokenizer object to use instead of loading or training one.
-    Raises `FinetuneError` for bad input, before any training starts.
+    Raises `FinetuneError` for bad input, before any training starts, and `NonFiniteLossError` when the
+    training loss becomes NaN/inf (with `nan_policy="stop"`, the default; no model is saved then).
     """
     import datasets
     import transformers
-    from transformers import Trainer
 
     hub = _check_hub() if args.push_to_hub else None
     if args.model_name_or_path is not None and not (Path(args.model_name_or_path) / "config.json").is_file():
@@ -929,7 +1125,7 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
         raw = datasets.DatasetDict({"train": dataset})
     else:
         raw = dataset
-    data = _inspect_columns(_standard_splits(raw, args), args)
+    data = _inspect_columns(_standard_splits(_skip_rows_without_text(raw, args), args), args)
     data.max_answer_length = args.max_answer_length
     tokenizer = tokenizer if tokenizer is not None else _load_tokenizer(args, data)
     if args.model_name_or_path is not None:
@@ -940,6 +1136,9 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
             logger.warning("LoRA on a from-scratch (randomly initialised) model trains only adapters and the head; "
                            "its initial weights are saved in %s/base for reloading the adapter.", out)
     _check_vocab(model, tokenizer)
+    from ..data.tokenizers import fit_tokenizer_to_model
+
+    fit_tokenizer_to_model(tokenizer, model)  # emit and save only what this model takes (DistilBERT: no token types)
     accepted = set(inspect.signature(model.forward).parameters) & set(MODEL_INPUTS)
     _tokenize(data, tokenizer, args, accepted)
     collator = _collator(args.task, tokenizer)
@@ -958,8 +1157,8 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
     if args.task == CLASSIFICATION:  # warns when the run stays at chance
         callbacks.append(stuck_finetune_callback(len(data.label_names), data.label_names))
         compute_metrics = callbacks[-1].watch(compute_metrics)
-    trainer = Trainer(
-        model=model, args=_training_arguments(args, len(data.features["train"]), checkpoints),
+    trainer = _trainer(
+        args.nan_policy, model=model, args=_training_arguments(args, len(data.features["train"]), checkpoints),
         train_dataset=data.features["train"], eval_dataset=data.features["validation"],
         processing_class=tokenizer, data_collator=collator,
         compute_metrics=compute_metrics,
@@ -967,6 +1166,10 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
         callbacks=callbacks,
     )
     train_output = trainer.train()
+    if trainer.skipped_batches:
+        train_output.metrics["skipped_batches"] = trainer.skipped_batches
+        logger.warning("Skipped %d training batch(es) whose loss was NaN/inf (--nan_policy skip).",
+                       trainer.skipped_batches)
     best = trainer.state.best_model_checkpoint
     metrics = {"train": train_output.metrics, "eval": trainer.evaluate()}
     if "test" in data.features:
@@ -976,12 +1179,14 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
         metrics["baseline"] = {f"{split}_majority_accuracy": _majority_baseline(data, split)
                                for split in ("validation", "test") if split in data.features}
     metrics["best_checkpoint"] = Path(best).name if best else None
+    metrics["provenance"] = _provenance(args, given_dataset=dataset is not None)
 
     model = trainer.model
     model_dir = adapter_dir = merged_dir = hub_folder = None
     if args.lora:
         adapter_dir = out / "adapter"
         model.save_pretrained(adapter_dir)
+        _name_base_model_in_adapter_card(adapter_dir, metrics["provenance"]["base_model"])
         base = model.get_base_model()
         base.config.architectures = [type(base).__name__]  # the head class, not the checkpoint's
         base.config.save_pretrained(adapter_dir)  # so load_adapter_model rebuilds this head with these labels
@@ -996,7 +1201,7 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
         trainer.save_model(str(model_dir))
         tokenizer.save_pretrained(model_dir)
     if hub is not None:
-        hub_folder = _publish(hub, model, tokenizer, args, metrics, log_file, out / "hub", dataset is not None)
+        hub_folder = _publish(hub, model, tokenizer, args, metrics, log_file, out / "hub")
     if not args.keep_checkpoints:
         shutil.rmtree(checkpoints, ignore_errors=True)
 
@@ -1009,6 +1214,3 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
         log_file=log_file, metrics_file=metrics_file, best_checkpoint=metrics["best_checkpoint"],
         label_names=data.label_names, hub_folder=hub_folder, model=model, tokenizer=tokenizer, trainer=trainer,
     )
-    from ..data.tokenizers import fit_tokenizer_to_model
-
-    fit_tokenizer_to_model(tokenizer, model)  # emit and save only what this model takes (DistilBERT: no token types)

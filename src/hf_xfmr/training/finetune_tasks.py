@@ -7,7 +7,8 @@ Three tasks, named as in the model registry:
 
 Everything here is plain Python/numpy on `datasets` rows; `finetune.py` wires it into a `Trainer`.
 User mistakes (a missing column, unlabelled rows, an answer that is not in its context) raise
-`FinetuneError` with a message that says what is wrong and which option fixes it.
+`FinetuneError` with a message that says what is wrong and which option fixes it; rows without text
+(empty cells) are found by `rows_without_text` and skipped by the caller, which logs how many.
 """
 
 import collections
@@ -53,6 +54,24 @@ def pick_column(columns: Sequence[str], given: str | None, candidates: Sequence[
         f"Cannot tell which column holds the {what}: none of {', '.join(candidates)} is in the dataset "
         f"(columns: {', '.join(columns)}). Name it with --{option}."
     )
+
+
+def rows_without_text(split, columns: dict[str, str], split_name: str, *, word_lists: bool = False) -> list[int]:
+    """Indices of the rows of `split` with no value in one of the text columns (an empty CSV cell reads as
+    None). `columns` maps each column to the option that names it; a column of other values (numbers, or
+    lists where text is expected) is a FinetuneError naming that option.
+    `word_lists`: the columns hold one list of words per row (token classification)."""
+    missing = set()
+    for column, option in columns.items():
+        for index, value in enumerate(split[column]):
+            if value is None:
+                missing.add(index)
+            elif not isinstance(value, list if word_lists else str):
+                expected = "a list of words" if word_lists else "text"
+                raise FinetuneError(f"Split {split_name!r} row {index}: column {column!r} holds "
+                                    f"{type(value).__name__} values (e.g. {value!r:.60}), not {expected}; name the "
+                                    f"column that holds it with --{option}.")
+    return sorted(missing)
 
 
 def _names_of(feature) -> list[str] | None:

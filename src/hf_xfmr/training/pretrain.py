@@ -544,6 +544,9 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
     if tokenizer is None:
         tokenizer = _train_tokenizer(accelerator, arch.name, train_docs, args, tokenizer_dir)
     check_tokenizer(objective, tokenizer)
+    from hf_xfmr.data.tokenizers import fit_tokenizer_to_model
+
+    fit_tokenizer_to_model(tokenizer, arch.name)  # e.g. a BERT --tokenizer for DistilBERT: no token_type_ids
     settings = objective.resolve(ObjectiveSettings(
         max_seq_length=args.max_seq_length, mlm_probability=args.mlm_probability, short_seq_prob=args.short_seq_prob,
         seed=args.seed, arch=arch.name))
@@ -572,9 +575,9 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
                          "model's own tokenizer (--tokenizer) or a larger vocab_size.")
     extra = {"attn_implementation": args.attn_implementation} if args.attn_implementation else {}
     if args.model_path:
-    from hf_xfmr.data.tokenizers import fit_tokenizer_to_model
+        from ..models.weights import check_weight_files
 
-    fit_tokenizer_to_model(tokenizer, arch.name)  # e.g. a BERT --tokenizer for DistilBERT: no token_type_ids
+        check_weight_files(args.model_path)  # a ValueError naming a truncated or missing file, as every command
         model = model_class.from_pretrained(args.model_path, **extra)
     else:
         model = model_class._from_config(config, **extra)
@@ -893,7 +896,7 @@ def publish(model, tokenizer, args: PretrainArguments, metrics: dict, log_path: 
                 "optimizer": args.optimizer, "lr_scheduler": args.lr_scheduler}
     card_metrics = {k.removeprefix("eval_"): v for k, v in metrics.items() if math.isfinite(v)}
     # The card's model-index names a Hub dataset; metrics measured on local files or the embedded corpus go
-    # into the description only (a model-index entry without a dataset is invalid, and export refuses it).
+    # into the card's text only (a model-index entry without a dataset is invalid, and export refuses it).
     evaluated_on = args.eval_dataset or args.dataset
     on_hub = evaluated_on is not None and not _is_local_source(evaluated_on)
     source = args.dataset or "the embedded corpus (Python's documentation)"
@@ -904,6 +907,12 @@ def publish(model, tokenizer, args: PretrainArguments, metrics: dict, log_path: 
     if on_hub and card_metrics:
         split = args.dataset_split if args.eval_dataset else f"{args.dataset_split} (held-out {args.eval_fraction:.0%})"
         card = dict(metrics=card_metrics, eval_dataset=evaluated_on, eval_split=split)
+    elif card_metrics:
+        card = dict(metrics=card_metrics, eval_source=f"held-out text of {evaluated_on or source}")
+    if args.model_path:  # continued from a checkpoint: the card names it when it is a Hub model
+        from hf_xfmr.hub.cards import hub_model_id
+
+        card["base_model"] = hub_model_id(args.model_path)
     if args.dataset and not _is_local_source(args.dataset):
         card["datasets"] = [args.dataset]
     hub_publish(model, args.push_to_hub, tokenizer=tokenizer, description=description, training=training,
