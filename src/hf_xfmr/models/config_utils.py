@@ -1,10 +1,21 @@
-"""Validation and preset helpers shared by every hf_xfmr config.
+"""What every hf_xfmr config shares: field validation, named size presets, and strict keywords.
 
 Errors name the field, the offending value and what would be valid, so a typo in a config
 fails at construction time rather than as a shape error deep inside a forward pass.
+
+`XfmrPretrainedConfig` is the base of every config: `from_preset(name, **overrides)`, and keyword
+arguments that are neither a field of the config nor one of transformers' own (`config_keyword_known`)
+raise a TypeError naming the closest fields. Only a saved config file is read leniently (a key some
+other tool wrote must not make a checkpoint unloadable): such keys are kept as attributes, as
+transformers does, with a warning.
 """
 
-from typing import Any
+import dataclasses
+import difflib
+import warnings
+from typing import Any, ClassVar
+
+from transformers import GenerationConfig, PretrainedConfig
 
 
 def check_positive_int(name: str, value: Any) -> None:
@@ -51,8 +62,124 @@ def check_token_id(name: str, value: Any, vocab_size: int) -> None:
         raise ValueError(f"`{name}`={value!r} must be None or an id in [0, vocab_size={vocab_size}).")
 
 
+@dataclasses.dataclass(frozen=True)
+class FromVocabEnd:
+    """A preset's special-token id counted from the end of the vocabulary: `FromVocabEnd(1)` is the last
+    id (GPT-2's <|endoftext|>, 50256 of 50257). It follows a `vocab_size` override, so a preset stays
+    valid with a smaller vocabulary; an id given explicitly replaces it."""
+
+    offset: int
+
+    def resolve(self, name: str, vocab_size: int, preset: str) -> int:
+        token_id = vocab_size - self.offset
+        if token_id < 0:
+            raise ValueError(
+                f"Preset {preset!r} puts `{name}` {self.offset} ids before the end of the vocabulary, but "
+                f"vocab_size={vocab_size} is smaller than that; pass `{name}` explicitly (your tokenizer's id)."
+            )
+        return token_id
+
+
 def preset_kwargs(presets: dict, name: str, overrides: dict) -> dict:
-    """The keyword arguments of a named size preset, with `overrides` applied on top."""
+    """The keyword arguments of a named size preset, with `overrides` applied on top; special ids the
+    preset counts from the end of the vocabulary (`FromVocabEnd`) follow the final `vocab_size`."""
     if name not in presets:
         raise ValueError(f"Unknown preset {name!r}; available presets: {', '.join(sorted(presets))}.")
-    return {**presets[name], **overrides}
+    kwargs = {**presets[name], **overrides}
+    for key, value in kwargs.items():
+        if isinstance(value, FromVocabEnd):
+            kwargs[key] = value.resolve(key, kwargs["vocab_size"], name)
+    return kwargs
+
+
+# -- keyword arguments --------------------------------------------------------------------------------
+def _settable_properties(cls) -> set:
+    return {name for klass in cls.__mro__ for name, value in vars(klass).items()
+            if isinstance(value, property) and value.fset is not None}
+
+
+# What transformers' PretrainedConfig takes besides the fields of a config, in transformers 5: its own
+# fields and settable properties (`num_labels`, `name_or_path`, `torch_dtype`, ...), the keywords its
+# `__post_init__` consumes, the generation parameters it drops (old config files carry them; `use_cache`
+# is one, which Trainer sets on every model's config), and keys transformers or the Hub write into a
+# config.json (`model_type`, remote code's `auto_map`) or read from one (`quantization_config`,
+# `tokenizer_class`). Names starting with "_" (`_name_or_path`, `_commit_hash`, ...) are internal to it.
+TRANSFORMERS_CONFIG_KEYWORDS = frozenset(
+    {f.name for f in dataclasses.fields(PretrainedConfig)}
+    | _settable_properties(PretrainedConfig)
+    | {"attn_implementation", "experts_implementation", "output_attentions", "torch_dtype", "name_or_path",
+       "num_labels", "per_layer_config"}
+    | set(GenerationConfig._get_default_generation_params())
+    | {"model_type", "auto_map", "quantization_config", "tokenizer_class"}
+)
+
+
+def config_keyword_known(config_class, name: str) -> bool:
+    """Whether `config_class(**{name: ...})` means something: one of its fields, an alias of one
+    (`attribute_map`), or a keyword transformers itself handles (`TRANSFORMERS_CONFIG_KEYWORDS`)."""
+    return (name in {f.name for f in dataclasses.fields(config_class)} or name in config_class.attribute_map
+            or name in TRANSFORMERS_CONFIG_KEYWORDS or name.startswith("_"))
+
+
+def unknown_keywords_message(config_class, names) -> str:
+    """"`hiden_size` (did you mean `hidden_size`?)" for each name, and the config's fields when a name
+    resembles none of them."""
+    own = {f.name for f in dataclasses.fields(config_class)} - {f.name for f in dataclasses.fields(PretrainedConfig)}
+    fields = sorted(own | set(config_class.attribute_map))
+    parts, unmatched = [], False
+    for name in names:
+        close = difflib.get_close_matches(name, fields, n=3, cutoff=0.6)
+        unmatched = unmatched or not close
+        parts.append(f"`{name}`" + (f" (did you mean {' or '.join(f'`{c}`' for c in close)}?)" if close else ""))
+    listing = f" {config_class.__name__}'s fields: {', '.join(fields)}." if unmatched else ""
+    return f"{', '.join(parts)}.{listing}"
+
+
+def check_known_keywords(config_class, kwargs) -> None:
+    """TypeError unless every keyword is a field of `config_class`, an alias, or transformers' own."""
+    unknown = [name for name in kwargs if not config_keyword_known(config_class, name)]
+    if unknown:
+        raise TypeError(f"{config_class.__name__} has no field {unknown_keywords_message(config_class, unknown)}")
+
+
+class XfmrPretrainedConfig(PretrainedConfig):
+    """transformers' `PretrainedConfig` plus what every hf_xfmr config has: size presets (`presets`, a
+    name -> keyword arguments dict set by each architecture) read by `from_preset`, and keyword arguments
+    checked against the fields (a misspelt field is an error, not a silently ignored attribute)."""
+
+    presets: ClassVar[dict] = {}
+
+    def __post_init__(self, **kwargs):
+        check_known_keywords(type(self), kwargs)
+        super().__post_init__(**kwargs)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides):
+        """A config of the named size (a key of `cls.presets`: `tiny` for tests, the published sizes)
+        with `overrides` applied; special ids of the preset follow an overridden `vocab_size`."""
+        check_known_keywords(cls, overrides)
+        return cls(**preset_kwargs(cls.presets, name, overrides))
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """A config from a saved dict (config.json). Keys other tools wrote there, unknown to this config, are
+        kept as plain attributes (transformers' behaviour), with a warning: the model reads none of them."""
+        config_dict = dict(config_dict)
+        extra = {name: config_dict.pop(name) for name in list(config_dict)
+                 if not config_keyword_known(cls, name)}
+        result = super().from_dict(config_dict, **kwargs)
+        if extra:
+            warnings.warn(
+                f"The saved config has keys that are not fields of {cls.__name__}; they are kept as attributes, "
+                f"but the model reads none of them: {unknown_keywords_message(cls, extra)}",
+                UserWarning, stacklevel=2,
+            )
+            config = result[0] if isinstance(result, tuple) else result
+            for name, value in extra.items():
+                setattr(config, name, value)
+        return result
+
+    @classmethod
+    def from_json_file(cls, json_file):
+        """A config from a config.json file, read as `from_dict` reads a saved dict."""
+        return cls.from_dict(cls._dict_from_json_file(json_file))

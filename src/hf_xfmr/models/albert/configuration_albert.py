@@ -3,23 +3,21 @@
 Field names follow transformers' `AlbertConfig` so checkpoints convert field by field.
 """
 
-from transformers import PretrainedConfig
-
 from ..config_utils import (
+    XfmrPretrainedConfig,
     check_choice,
     check_divisible,
     check_positive_float,
     check_positive_int,
     check_probability,
     check_token_id,
-    preset_kwargs,
 )
 from .presets import ALBERT_PRESETS
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 
 
-class XfmrAlbertConfig(PretrainedConfig):
+class XfmrAlbertConfig(XfmrPretrainedConfig):
     r"""Configuration of an hf_xfmr ALBERT model.
 
     Args:
@@ -100,8 +98,3 @@ class XfmrAlbertConfig(PretrainedConfig):
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             check_token_id(name, getattr(self, name), self.vocab_size)
         super().__post_init__(**kwargs)
-
-    @classmethod
-    def from_preset(cls, name: str, **overrides):
-        """A config of a named size (`tiny`, `base`, `large`, `xlarge`, `xxlarge`) with `overrides` applied."""
-        return cls(**preset_kwargs(cls.presets, name, overrides))

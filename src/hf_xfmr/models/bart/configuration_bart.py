@@ -9,23 +9,21 @@ aliases, as in transformers.
 
 import copy
 
-from transformers import PretrainedConfig
-
 from ..config_utils import (
+    XfmrPretrainedConfig,
     check_choice,
     check_divisible,
     check_positive_float,
     check_positive_int,
     check_probability,
     check_token_id,
-    preset_kwargs,
 )
 from .presets import BART_PRESETS
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 
 
-class XfmrBartConfig(PretrainedConfig):
+class XfmrBartConfig(XfmrPretrainedConfig):
     r"""Configuration of an hf_xfmr BART encoder-decoder.
 
     Args:
@@ -119,8 +117,3 @@ class XfmrBartConfig(PretrainedConfig):
             view.__dict__["encoder_layers"] = self.decoder_layers
             return view
         return super().get_text_config(decoder=decoder, encoder=encoder)
-
-    @classmethod
-    def from_preset(cls, name: str, **overrides):
-        """A config of a named size (`tiny`, `base`, `large`)."""
-        return cls(**preset_kwargs(cls.presets, name, overrides))

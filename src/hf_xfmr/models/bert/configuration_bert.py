@@ -3,16 +3,14 @@
 Field names follow transformers' `BertConfig` so checkpoints convert field by field.
 """
 
-from transformers import PretrainedConfig
-
 from ..config_utils import (
+    XfmrPretrainedConfig,
     check_choice,
     check_divisible,
     check_positive_float,
     check_positive_int,
     check_probability,
     check_token_id,
-    preset_kwargs,
 )
 from .presets import BERT_PRESETS
 
@@ -20,7 +18,7 @@ ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 POSITION_EMBEDDING_TYPES = ("absolute",)
 
 
-class XfmrBertConfig(PretrainedConfig):
+class XfmrBertConfig(XfmrPretrainedConfig):
     r"""Configuration of an hf_xfmr BERT model.
 
     Args:
@@ -90,8 +88,3 @@ class XfmrBertConfig(PretrainedConfig):
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             check_token_id(name, getattr(self, name), self.vocab_size)
         super().__post_init__(**kwargs)
-
-    @classmethod
-    def from_preset(cls, name: str, **overrides):
-        """A config of a named size (`tiny`, `base`, `large`) with `overrides` applied."""
-        return cls(**preset_kwargs(cls.presets, name, overrides))

@@ -5,23 +5,21 @@ so checkpoints convert field by field; `hidden_size`, `num_hidden_layers` and `n
 are aliases of `dim`, `n_layers` and `n_heads`, as in transformers.
 """
 
-from transformers import PretrainedConfig
-
 from ..config_utils import (
+    XfmrPretrainedConfig,
     check_choice,
     check_divisible,
     check_positive_float,
     check_positive_int,
     check_probability,
     check_token_id,
-    preset_kwargs,
 )
 from .presets import DISTILBERT_PRESETS
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 
 
-class XfmrDistilBertConfig(PretrainedConfig):
+class XfmrDistilBertConfig(XfmrPretrainedConfig):
     r"""Configuration of an hf_xfmr DistilBERT model.
 
     Args:
@@ -88,8 +86,3 @@ class XfmrDistilBertConfig(PretrainedConfig):
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             check_token_id(name, getattr(self, name), self.vocab_size)
         super().__post_init__(**kwargs)
-
-    @classmethod
-    def from_preset(cls, name: str, **overrides):
-        """A config of a named size (`tiny`, `base`) with `overrides` applied."""
-        return cls(**preset_kwargs(cls.presets, name, overrides))

@@ -6,23 +6,21 @@ checkpoints convert field by field; the generic names (`hidden_size`, `num_hidde
 `num_attention_heads`, `max_position_embeddings`) are aliases of them, as in transformers.
 """
 
-from transformers import PretrainedConfig
-
 from ..config_utils import (
+    XfmrPretrainedConfig,
     check_choice,
     check_divisible,
     check_positive_float,
     check_positive_int,
     check_probability,
     check_token_id,
-    preset_kwargs,
 )
 from .presets import GPT_PRESETS
 
 ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu", "relu", "silu", "swish")
 
 
-class XfmrGPTConfig(PretrainedConfig):
+class XfmrGPTConfig(XfmrPretrainedConfig):
     r"""Configuration of an hf_xfmr GPT model.
 
     Args:
@@ -106,8 +104,3 @@ class XfmrGPTConfig(PretrainedConfig):
     def intermediate_size(self) -> int:
         """Width of the feed-forward block (`n_inner`, default 4 * n_embd)."""
         return self.n_inner if self.n_inner is not None else 4 * self.n_embd
-
-    @classmethod
-    def from_preset(cls, name: str, **overrides):
-        """A config of a named size (`tiny`, `small`, `medium`, `large`, `xl`) with `overrides` applied."""
-        return cls(**preset_kwargs(cls.presets, name, overrides))

@@ -5,16 +5,14 @@ as the three scalars of the original checkpoints (`global_attn_every_n_layers`, 
 `local_rope_theta`) and translated to transformers' `layer_types` / `rope_parameters` by the converter.
 """
 
-from transformers import PretrainedConfig
-
 from ..config_utils import (
+    XfmrPretrainedConfig,
     check_choice,
     check_divisible,
     check_positive_float,
     check_positive_int,
     check_probability,
     check_token_id,
-    preset_kwargs,
 )
 from .presets import MODERNBERT_PRESETS
 
@@ -22,7 +20,7 @@ ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 CLASSIFIER_POOLINGS = ("cls", "mean")
 
 
-class XfmrModernBertConfig(PretrainedConfig):
+class XfmrModernBertConfig(XfmrPretrainedConfig):
     r"""Configuration of an hf_xfmr ModernBERT model.
 
     Args:
@@ -140,8 +138,3 @@ class XfmrModernBertConfig(PretrainedConfig):
     def is_global_layer(self, layer_idx: int) -> bool:
         """Whether layer `layer_idx` attends over the whole sequence (else within the sliding window)."""
         return layer_idx % self.global_attn_every_n_layers == 0
-
-    @classmethod
-    def from_preset(cls, name: str, **overrides):
-        """A config of a named size (`tiny`, `base`, `large`) with `overrides` applied."""
-        return cls(**preset_kwargs(cls.presets, name, overrides))

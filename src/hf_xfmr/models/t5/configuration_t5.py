@@ -10,14 +10,12 @@ output by d_model^-0.5 when it does); transformers 5 keeps the head tied whateve
 
 import copy
 
-from transformers import PretrainedConfig
-
 from ..config_utils import (
+    XfmrPretrainedConfig,
     check_positive_float,
     check_positive_int,
     check_probability,
     check_token_id,
-    preset_kwargs,
 )
 from .presets import T5_PRESETS
 
@@ -40,7 +38,7 @@ def feed_forward_activation(feed_forward_proj: str) -> tuple[str, bool]:
     return name, gated
 
 
-class XfmrT5Config(PretrainedConfig):
+class XfmrT5Config(XfmrPretrainedConfig):
     r"""Configuration of an hf_xfmr T5 encoder-decoder.
 
     Args:
@@ -152,8 +150,3 @@ class XfmrT5Config(PretrainedConfig):
     @property
     def is_gated_act(self) -> bool:
         return feed_forward_activation(self.feed_forward_proj)[1]
-
-    @classmethod
-    def from_preset(cls, name: str, **overrides):
-        """A config of a named size (`tiny`, `tiny-v1.1`, `small`, `base`, `v1.1-small`, `v1.1-base`)."""
-        return cls(**preset_kwargs(cls.presets, name, overrides))

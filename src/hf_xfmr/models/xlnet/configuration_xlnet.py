@@ -6,9 +6,8 @@ Field names follow transformers' `XLNetConfig` (`d_model`, `n_layer`, `n_head`, 
 convert field by field; `hidden_size`, `num_attention_heads` and `num_hidden_layers` are aliases.
 """
 
-from transformers import PretrainedConfig
-
 from ..config_utils import (
+    XfmrPretrainedConfig,
     check_choice,
     check_divisible,
     check_non_negative_int,
@@ -16,7 +15,6 @@ from ..config_utils import (
     check_positive_int,
     check_probability,
     check_token_id,
-    preset_kwargs,
 )
 from .presets import XLNET_PRESETS
 
@@ -25,7 +23,7 @@ SUMMARY_TYPES = ("last", "first", "mean")
 SUMMARY_ACTIVATIONS = (None, "tanh", "linear")
 
 
-class XfmrXLNetConfig(PretrainedConfig):
+class XfmrXLNetConfig(XfmrPretrainedConfig):
     r"""Configuration of an hf_xfmr XLNet model.
 
     Args:
@@ -134,8 +132,3 @@ class XfmrXLNetConfig(PretrainedConfig):
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             check_token_id(name, getattr(self, name), self.vocab_size)
         super().__post_init__(**kwargs)
-
-    @classmethod
-    def from_preset(cls, name: str, **overrides):
-        """A config of a named size (`tiny`, `base`, `large`) with `overrides` applied."""
-        return cls(**preset_kwargs(cls.presets, name, overrides))
