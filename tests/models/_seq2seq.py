@@ -76,3 +76,34 @@ def assert_dropout_only_in_training(model, inputs):
     assert not torch.equal(a, b)
     model.eval()
     assert torch.equal(model(**inputs).loss, model(**inputs).loss)
+
+
+def assert_same_seq2seq_head_output(ref, ours, inputs, tol):
+    """A T5/BART classification or QA head returns the reference's output class with the same fields: the
+    encoder's last hidden state, hidden states and attentions, the decoder's, the cross-attentions and the
+    cache (its keys and values), equal to `tol`; and with `return_dict=False` the same tuple, entry by entry.
+    The models run eagerly (`output_attentions`)."""
+    kwargs = dict(inputs, output_hidden_states=True, output_attentions=True)
+    with torch.no_grad():
+        expected, got = ref(**kwargs), ours(**kwargs)
+        expected_tuple, got_tuple = ref(**kwargs, return_dict=False), ours(**kwargs, return_dict=False)
+    assert type(got).__name__ == type(expected).__name__
+    assert list(got.keys()) == list(expected.keys())
+    for name, value in expected.items():
+        if isinstance(value, EncoderDecoderCache):
+            for which in ("self_attention_cache", "cross_attention_cache"):
+                ref_layers, our_layers = getattr(value, which).layers, getattr(got[name], which).layers
+                assert len(our_layers) == len(ref_layers), which
+                for ref_layer, our_layer in zip(ref_layers, our_layers):
+                    assert_close(our_layer.keys, ref_layer.keys, **tol)
+                    assert_close(our_layer.values, ref_layer.values, **tol)
+        elif isinstance(value, tuple):
+            assert len(got[name]) == len(value), name
+            for i, (a, b) in enumerate(zip(got[name], value)):
+                assert_close(a, b, **tol, msg=lambda m: f"{name}[{i}]: {m}")
+        else:
+            assert_close(got[name], value, **tol, msg=lambda m: f"{name}: {m}")
+    assert [type(x).__name__ for x in got_tuple] == [type(x).__name__ for x in expected_tuple]
+    for a, b in zip(got_tuple, expected_tuple):
+        if isinstance(b, torch.Tensor):
+            assert_close(a, b, **tol)

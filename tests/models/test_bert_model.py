@@ -69,7 +69,7 @@ def test_bad_inputs_raise_before_computation(tiny_mlm):
         tiny_mlm(input_ids=ids, token_type_ids=torch.full((2, 8), 2))
     with pytest.raises(ValueError, match="exactly one of `input_ids` or `inputs_embeds`"):
         tiny_mlm()
-    with pytest.raises(ValueError, match="integer token ids"):
+    with pytest.raises(TypeError, match=r"`input_ids` has dtype torch.float32.*cast them with `input_ids.long\(\)`"):
         tiny_mlm(input_ids=ids.float())
 
 

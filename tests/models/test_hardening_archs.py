@@ -198,6 +198,9 @@ def test_fullgraph_compile_with_and_without_a_mask(arch):
         bad["input_ids"][0, 2] = model.config.vocab_size
         with pytest.raises(RuntimeError, match="outside the vocabulary|index out of bounds"):
             compiled(**bad, attention_mask=mask)
+        # So is the 0/1 check of the attention mask (Hardening 2, point 11).
+        with pytest.raises(RuntimeError, match="`attention_mask` has values other than 0 and 1"):
+            compiled(**inputs, attention_mask=mask * 2)
         if arch == "t5":  # sequence classification reads the last <eos>: a row without one is an error
             no_eos = inputs["input_ids"].masked_fill(inputs["input_ids"] == model.config.eos_token_id, 5)
             with pytest.raises(RuntimeError, match="Every row must contain the <eos> token"):

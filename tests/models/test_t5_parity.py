@@ -10,6 +10,7 @@ import hf_xfmr
 from hf_xfmr.models.conversion import convert_state_dict
 from hf_xfmr.models.seq2seq import shift_tokens_right
 
+from ._seq2seq import assert_same_seq2seq_head_output
 from ._t5 import PAD, VARIANTS, pair, padded_batch, padded_labels
 
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -108,6 +109,22 @@ def test_heads(variant, hf_class, task, labels):
     ref(**inputs, **hf_kwargs).loss.backward()
     ours(**inputs).loss.backward()
     assert_same_grads(ref, ours, task)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("hf_class", ["T5ForSequenceClassification", "T5ForQuestionAnswering"])
+def test_seq2seq_heads_return_the_reference_output_class_and_fields(variant, hf_class):
+    # Hardening 2, point 7: Seq2SeqSequenceClassifierOutput / Seq2SeqQuestionAnsweringModelOutput with the
+    # encoder's and decoder's states, the cross-attentions and the cache, as the reference fills them.
+    ref, ours = pair(hf_class, variant, attn="eager", num_labels=3 if "Sequence" in hf_class else 2,
+                     classifier_dropout=0.0)
+    ids, mask = padded_batch()
+    assert_same_seq2seq_head_output(ref, ours, dict(input_ids=ids, attention_mask=mask), TOL)
+    # With targets the reference builds no cache: neither does ours, and the tuples still agree.
+    targets = ({"labels": torch.tensor([0, 2, 1])} if "Sequence" in hf_class else
+               {"start_positions": torch.tensor([1, 3, 0]), "end_positions": torch.tensor([4, 5, 2])})
+    assert_same_seq2seq_head_output(ref, ours, dict(input_ids=ids, attention_mask=mask, **targets), TOL)
+    assert ours(input_ids=ids, attention_mask=mask, **targets).past_key_values is None
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

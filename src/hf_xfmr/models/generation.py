@@ -40,7 +40,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from ..layers.cross_entropy import linear_cross_entropy
 from ..layers.masks import document_ids_from_position_ids
 from .heads import TaskHead, _input_shape
-from .input_checks import check_labels_shape
+from .input_checks import check_attention_mask, check_labels_shape, check_tensor
 from .losses import IGNORE_INDEX, mean_over_items, token_loss
 
 
@@ -77,7 +77,8 @@ def cached_length(past_key_values) -> int:
 
 
 def check_decoder_mask(attention_mask, batch: int, past_length: int, seq_len: int) -> None:
-    """A 2-D mask must cover cached and new tokens; a 4-D one must be (B or 1, 1, T, P + T)."""
+    """A 2-D mask must cover cached and new tokens and hold 0/1; a 4-D one must be (B or 1, 1, T, P + T)."""
+    check_tensor("attention_mask", attention_mask)
     if attention_mask is None:
         return
     total = past_length + seq_len
@@ -88,6 +89,7 @@ def check_decoder_mask(attention_mask, batch: int, past_length: int, seq_len: in
                 f"`attention_mask` has shape {tuple(attention_mask.shape)} but must be ({batch}, {total}){cached}: "
                 f"one entry per token, the cached ones included (append a 1 per new token)."
             )
+        check_attention_mask("attention_mask", attention_mask)
     elif attention_mask.dim() == 4:
         if attention_mask.shape[0] not in (1, batch) or tuple(attention_mask.shape[1:]) != (1, seq_len, total):
             raise ValueError(

@@ -33,7 +33,7 @@ from transformers.modeling_outputs import (
 )
 
 from ..layers.dropout import Dropout
-from .input_checks import check_condition, check_labels_shape
+from .input_checks import check_condition, check_labels_shape, check_tensor
 from .losses import IGNORE_INDEX, sequence_classification_loss, span_loss, token_loss
 
 
@@ -163,6 +163,12 @@ class TaskHead:
             )
         return self.model(**inputs, return_dict=True)
 
+    def task_output(self, output_class, backbone_output, **results):
+        """The head's output object: `results` (loss, logits, ...) and the backbone's hidden states and
+        attentions. An encoder-decoder head returns transformers' Seq2Seq* class instead (models/seq2seq.py)."""
+        return output_class(**results, hidden_states=backbone_output.hidden_states,
+                            attentions=backbone_output.attentions)
+
     def finish(self, output, return_dict):
         """The output object, or its tuple form when `return_dict` (or the config's default) says so."""
         return_dict = self.config.return_dict if return_dict is None else return_dict
@@ -184,6 +190,8 @@ def _forward_parameters(model_class) -> frozenset:
 
 
 def _input_shape(input_ids, inputs_embeds):
+    check_tensor("input_ids", input_ids)  # the heads' first look at the inputs: tensors only
+    check_tensor("inputs_embeds", inputs_embeds)
     source = input_ids if input_ids is not None else inputs_embeds
     return None if source is None else tuple(source.shape[:2])
 
@@ -260,8 +268,7 @@ class SequenceClassificationHead(TaskHead):
                           output_attentions=output_attentions, output_hidden_states=output_hidden_states, **kwargs)
         logits = self.classifier(self.pool(out, input_ids, attention_mask))  # (B, num_labels)
         loss = sequence_classification_loss(logits, labels, self.config) if labels is not None else None
-        return self.finish(SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
-                                                    attentions=out.attentions), return_dict)
+        return self.finish(self.task_output(SequenceClassifierOutput, out, loss=loss, logits=logits), return_dict)
 
 
 class TokenClassificationHead(TaskHead):
@@ -334,9 +341,8 @@ class QuestionAnsweringHead(TaskHead):
         loss = None
         if start_positions is not None and end_positions is not None:
             loss = span_loss(start_logits, end_logits, start_positions, end_positions)
-        return self.finish(QuestionAnsweringModelOutput(
-            loss=loss, start_logits=start_logits, end_logits=end_logits,
-            hidden_states=out.hidden_states, attentions=out.attentions), return_dict)
+        return self.finish(self.task_output(QuestionAnsweringModelOutput, out, loss=loss, start_logits=start_logits,
+                                            end_logits=end_logits), return_dict)
 
 
 class MultipleChoiceHead(TaskHead):
@@ -352,6 +358,7 @@ class MultipleChoiceHead(TaskHead):
                 return_dict=None, **kwargs):
         """Inputs are (B, K, T) (`inputs_embeds` (B, K, T, C)); `labels` (B,) index the right choice."""
         source = input_ids if input_ids is not None else inputs_embeds
+        check_tensor("input_ids" if input_ids is not None else "inputs_embeds", source)
         if source is None or source.dim() < 3:
             raise ValueError("Multiple choice inputs must have shape (batch, num_choices, seq_len).")
         batch, num_choices = source.shape[:2]

@@ -3,16 +3,62 @@
 A bad id or a mask of the wrong shape otherwise surfaces as an opaque index error inside an
 embedding (or, worse, as silently wrong broadcasting), far from the line that caused it.
 
-Shape checks are plain Python on static shapes. Value checks (ids inside the vocabulary, positions
-inside the table) need the data: in eager mode they read min/max and raise a ValueError naming the
-offending value; under `torch.compile` they become `torch._assert_async` ops, which compile without
-graph breaks (no `.item()` on the hot path) and raise a RuntimeError with the same advice. Compiled
-kernels run in an order of inductor's choosing, so an out-of-range id may instead be stopped first by
-inductor's own bounds check of the embedding lookup (a RuntimeError "index out of bounds"): bad values
-never pass silently, but the detailed message is only guaranteed without compilation.
+Type checks come first: inputs must be torch tensors (a numpy array or a list gets a TypeError saying
+to pass `return_tensors="pt"`), and ids (`input_ids`, `token_type_ids`, `position_ids`) must have a dtype
+embedding lookups take, torch.long or torch.int32 (uint8, bool or float ids get a TypeError saying to
+cast them). Shape checks are plain Python on static shapes. Value checks (ids inside the vocabulary,
+positions inside the table, 2-D attention masks holding only 0 and 1) need the data: in eager mode they
+read the tensor once and raise a ValueError naming the offending value; under `torch.compile` they
+become `torch._assert_async` ops, which compile without graph breaks (no `.item()` on the hot path) and
+raise a RuntimeError with the same advice. Compiled kernels run in an order of inductor's choosing, so
+an out-of-range id may instead be stopped first by inductor's own bounds check of the embedding lookup
+(a RuntimeError "index out of bounds"): bad values never pass silently, but the detailed message is
+only guaranteed without compilation.
 """
 
 import torch
+
+# Index dtypes `nn.Embedding` takes (and every gather of ours: unpadding, pooling, relative positions).
+ID_DTYPES = (torch.long, torch.int32)
+
+
+def check_tensor(name: str, value) -> None:
+    """TypeError unless `value` is None or a torch tensor (numpy arrays and lists are not)."""
+    if value is not None and not isinstance(value, torch.Tensor):
+        kind = f"{type(value).__module__}.{type(value).__qualname__}".removeprefix("builtins.")
+        raise TypeError(
+            f"`{name}` must be a torch.Tensor, got a {kind}. Pass PyTorch tensors: tokenize with "
+            f"`return_tensors=\"pt\"`, or convert with `torch.as_tensor(...)`."
+        )
+
+
+def check_id_dtype(name: str, tensor: torch.Tensor | None) -> None:
+    """TypeError unless `tensor` (ids that index an embedding table) is torch.long or torch.int32."""
+    check_tensor(name, tensor)
+    if tensor is not None and tensor.dtype not in ID_DTYPES:
+        raise TypeError(
+            f"`{name}` has dtype {tensor.dtype}, but ids index embedding tables, which take torch.long (or "
+            f"torch.int32): cast them with `{name}.long()`."
+        )
+
+
+def check_attention_mask(name: str, mask: torch.Tensor | None) -> None:
+    """A 2-D (batch, seq_len) padding mask holds 1 for tokens to attend to and 0 for padding: bool, any
+    integer dtype, or float 0.0 / 1.0 (transformers' convention). Other values (2, -1, 0.5) raise a
+    ValueError; compiled, an asynchronous assert (see the module docstring). Shapes are checked by the
+    callers, which know the expected one; 4-D masks (bool, or additive float) are not value-checked."""
+    check_tensor(name, mask)
+    if mask is None or mask.dim() != 2 or mask.dtype == torch.bool or not mask.numel():
+        return
+    ok = (mask == 0) | (mask == 1)  # (B, T)
+    advice = (f"`{name}` must hold 1 for real tokens and 0 for padding (bool, integer or float 0/1), as the "
+              f"tokenizer returns it; build one as `(ids != pad_token_id).long()`.")
+    if torch.compiler.is_compiling():
+        torch._assert_async(ok.all(), f"`{name}` has values other than 0 and 1. {advice}")
+        return
+    if not bool(ok.all()):
+        bad = mask[~ok][0].item()
+        raise ValueError(f"`{name}` contains {bad!r}. {advice}")
 
 
 def check_value_range(name: str, tensor: torch.Tensor, low: int, high: int, advice: str,
@@ -41,6 +87,7 @@ def check_condition(ok: torch.Tensor, message: str) -> None:
 
 def check_labels_shape(name: str, labels: torch.Tensor | None, expected: tuple | None) -> None:
     """Token-level labels must have exactly the inputs' (B, T) shape."""
+    check_tensor(name, labels)
     if labels is None or expected is None:
         return
     if tuple(labels.shape) != tuple(expected):
@@ -61,25 +108,30 @@ def check_encoder_inputs(
     type_vocab_size: int | None,
     max_positions: int | None,
     position_table_size: int | None = None,
+    ids_name: str = "input_ids",
 ) -> tuple[int, int]:
     """Validate the usual encoder inputs; returns (batch, seq_len).
 
     `max_positions` is the longest sequence the model takes without explicit `position_ids` (for
     RoBERTa, the table size minus its `pad_token_id + 1` offset); `position_table_size` bounds explicit
-    `position_ids` (default: `max_positions`).
+    `position_ids` (default: `max_positions`). `ids_name` names `input_ids` in errors (a decoder's
+    `decoder_input_ids`).
     """
+    embeds_name = ids_name.replace("input_ids", "inputs_embeds")
+    check_tensor(embeds_name, inputs_embeds)
+    for name, ids in ((ids_name, input_ids), ("token_type_ids", token_type_ids), ("position_ids", position_ids)):
+        check_id_dtype(name, ids)
+    check_tensor("attention_mask", attention_mask)
     if (input_ids is None) == (inputs_embeds is None):
-        raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds`.")
+        raise ValueError(f"Pass exactly one of `{ids_name}` or `{embeds_name}`.")
     if input_ids is not None:
         if input_ids.dim() != 2:
-            raise ValueError(f"`input_ids` must have shape (batch, seq_len), got {tuple(input_ids.shape)}.")
-        if input_ids.dtype.is_floating_point:
-            raise ValueError(f"`input_ids` must hold integer token ids, got dtype {input_ids.dtype}.")
+            raise ValueError(f"`{ids_name}` must have shape (batch, seq_len), got {tuple(input_ids.shape)}.")
         batch, seq_len = input_ids.shape
     else:
         if inputs_embeds.dim() != 3:
             raise ValueError(
-                f"`inputs_embeds` must have shape (batch, seq_len, hidden), got {tuple(inputs_embeds.shape)}."
+                f"`{embeds_name}` must have shape (batch, seq_len, hidden), got {tuple(inputs_embeds.shape)}."
             )
         batch, seq_len = inputs_embeds.shape[:2]
     if batch == 0 or seq_len == 0:
@@ -96,6 +148,7 @@ def check_encoder_inputs(
                 f"`{name}` has shape {tuple(tensor.shape)} but the inputs have shape ({batch}, {seq_len}); "
                 f"it must have one entry per token."
             )
+    check_attention_mask("attention_mask", attention_mask)
     if max_positions is not None and position_ids is None and seq_len > max_positions:
         raise ValueError(
             f"Sequence length {seq_len} exceeds the {max_positions} positions this model has; truncate the inputs "
@@ -103,7 +156,7 @@ def check_encoder_inputs(
         )
     if input_ids is not None:
         check_value_range(
-            "input_ids", input_ids, 0, vocab_size,
+            ids_name, input_ids, 0, vocab_size,
             "The tokenizer and the model disagree: use the model's own tokenizer or resize the embeddings "
             "with `model.resize_token_embeddings(len(tokenizer))`.",
             what="the vocabulary",

@@ -11,7 +11,8 @@
   layer: self-attention appends to the self-attention cache; cross-attention projects the encoder output
   on the first decoding step, keeps it in the cross-attention cache and reuses it afterwards.
 - `DecoderInputsFromInputs` and `EosClassifier`: what the classification and QA heads of T5 and BART
-  share (the decoder reads the input shifted right; dense -> tanh -> out_proj on the last <eos> state).
+  share (the decoder reads the input shifted right, and the output is transformers' Seq2Seq* class with
+  the encoder's and decoder's states; dense -> tanh -> out_proj on the last <eos> state).
 - `Seq2SeqLMHead`: backbone (`self.model`, returning a `Seq2SeqModelOutput`), then `lm_head`; the loss
   is computed by `layers.cross_entropy.linear_cross_entropy` in training (no (B, T, V) logits), and
   `generate()` (greedy, sampling, beam search) with the argument checks of `models/generation.py`.
@@ -29,11 +30,19 @@ Shapes: B batch, S encoder tokens, T decoder tokens, C hidden size, V vocabulary
 import torch
 from torch import nn
 from transformers.cache_utils import EncoderDecoderCache
-from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    QuestionAnsweringModelOutput,
+    Seq2SeqLMOutput,
+    Seq2SeqQuestionAnsweringModelOutput,
+    Seq2SeqSequenceClassifierOutput,
+    SequenceClassifierOutput,
+)
 
 from ..layers.dropout import Dropout
 from .generation import CheckedGenerationMixin, lm_logits_and_loss
 from .heads import TaskHead
+from .input_checks import check_id_dtype, check_tensor
 from .losses import IGNORE_INDEX
 
 
@@ -55,6 +64,9 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int | None, decoder_s
 
 def check_decoder_inputs(decoder_input_ids, decoder_inputs_embeds, labels) -> None:
     """`labels` must have one entry per decoder input when both are given."""
+    check_id_dtype("decoder_input_ids", decoder_input_ids)
+    check_tensor("decoder_inputs_embeds", decoder_inputs_embeds)
+    check_tensor("labels", labels)
     if labels is None:
         return
     source = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
@@ -120,22 +132,43 @@ class Seq2SeqAttention(nn.Module):
         return q, k, v
 
 
+# The output class of a head over an encoder-decoder, as transformers' T5/BART heads return it.
+SEQ2SEQ_OUTPUT_CLASSES = {
+    SequenceClassifierOutput: Seq2SeqSequenceClassifierOutput,
+    QuestionAnsweringModelOutput: Seq2SeqQuestionAnsweringModelOutput,
+}
+
+
 class DecoderInputsFromInputs:
     """Mixin (before a `models.heads` head) for encoder-decoder classification and QA heads: the decoder
-    runs on the input shifted right unless decoder inputs are given, and the head reads the decoder side."""
+    runs on the input shifted right unless decoder inputs are given, and the head reads the decoder side.
+
+    The output is transformers' `Seq2SeqSequenceClassifierOutput` / `Seq2SeqQuestionAnsweringModelOutput`
+    with the fields the reference fills: the decoder's hidden states and self- and cross-attentions, the
+    encoder's last hidden state, hidden states and attentions, and the decoder's self- and cross-attention
+    cache (`cache`, alias `past_key_values`) when the forward computes no loss. The cache follows the
+    backbone's `use_cache` default (`config.use_cache`, in eval mode; the reference also builds one in
+    training mode without labels).
+    """
 
     def encode(self, **inputs):
         if inputs.get("decoder_input_ids") is None and inputs.get("decoder_inputs_embeds") is None:
             if inputs.get("input_ids") is None:
                 raise ValueError(f"{type(self).__name__} needs `input_ids` (its decoder reads them shifted right) "
                                  f"or explicit `decoder_input_ids`.")
+            check_id_dtype("input_ids", inputs["input_ids"])
             inputs["decoder_input_ids"] = shift_tokens_right(inputs["input_ids"], self.config.pad_token_id,
                                                              self.config.decoder_start_token_id)
-        inputs.setdefault("use_cache", False)
-        out = super().encode(**inputs)
-        # The shared heads read the decoder side: its output, hidden states and self-attentions.
-        return BaseModelOutput(last_hidden_state=out.last_hidden_state, hidden_states=out.decoder_hidden_states,
-                               attentions=out.decoder_attentions)
+        return super().encode(**inputs)  # a Seq2SeqModelOutput: `last_hidden_state` is the decoder's
+
+    def task_output(self, output_class, backbone_output, **results):
+        out = backbone_output
+        return SEQ2SEQ_OUTPUT_CLASSES[output_class](
+            **results, cache=out.cache if results.get("loss") is None else None,  # the reference: none with a loss
+            decoder_hidden_states=out.decoder_hidden_states, decoder_attentions=out.decoder_attentions,
+            cross_attentions=out.cross_attentions, encoder_last_hidden_state=out.encoder_last_hidden_state,
+            encoder_hidden_states=out.encoder_hidden_states, encoder_attentions=out.encoder_attentions,
+        )
 
 
 class EosClassifier(nn.Module):

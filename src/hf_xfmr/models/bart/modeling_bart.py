@@ -54,7 +54,7 @@ from ..generation import (
     replayed_by_checkpointing,
 )
 from ..heads import QuestionAnsweringHead, SequenceClassificationHead
-from ..input_checks import check_encoder_inputs
+from ..input_checks import check_attention_mask, check_encoder_inputs, check_id_dtype
 from ..seq2seq import (DecoderInputsFromInputs, EncoderEntry, EosClassifier, Seq2SeqAttention, Seq2SeqLMHead,
                        shift_tokens_right)
 from .configuration_bart import XfmrBartConfig
@@ -235,7 +235,10 @@ class XfmrBartPreTrainedModel(PreTrainedModel):
         normal_init_(module, self.config.init_std)
 
 
-def _check_mask(name, mask, embeds):
+def _check_mask(name, mask, embeds, values=True):
+    """A 2-D padding mask: one 0/1 entry per token of `embeds` (B, T, C); `values=False` checks the shape
+    alone (a mask whose values the encoder has just checked)."""
+    check_attention_mask(name, mask if values else None)
     if mask is not None and tuple(mask.shape) != tuple(embeds.shape[:2]):
         raise ValueError(f"`{name}` has shape {tuple(mask.shape)} but the inputs have shape "
                          f"{tuple(embeds.shape[:2])}; it must be 2-D with one 0/1 entry per token.")
@@ -262,10 +265,10 @@ class XfmrBartModel(XfmrBartPreTrainedModel):
     def get_encoder(self, modality=None):
         return EncoderEntry(self.run_encoder)
 
-    def embed(self, input_ids, inputs_embeds, max_positions=None):
+    def embed(self, input_ids, inputs_embeds, max_positions=None, ids_name="input_ids"):
         """(B, T) ids -> (B, T, C) scaled token embeddings (given embeddings are used as they are)."""
         check_encoder_inputs(input_ids, inputs_embeds, None, None, None, vocab_size=self.config.vocab_size,
-                             type_vocab_size=None, max_positions=max_positions)
+                             type_vocab_size=None, max_positions=max_positions, ids_name=ids_name)
         return self.shared(input_ids) * self.embed_scale if inputs_embeds is None else inputs_embeds
 
     def run_encoder(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
@@ -291,7 +294,9 @@ class XfmrBartModel(XfmrBartPreTrainedModel):
             if input_ids is None:
                 raise ValueError("XfmrBartModel needs `decoder_input_ids` (or `decoder_inputs_embeds`), or `input_ids` "
                                  "for the decoder to read shifted right.")
+            check_id_dtype("input_ids", input_ids)
             decoder_input_ids = shift_tokens_right(input_ids, config.pad_token_id, config.decoder_start_token_id)
+        encoder_ran = encoder_outputs is None
         if encoder_outputs is None:
             encoder_outputs = self.run_encoder(input_ids, attention_mask, inputs_embeds, output_attentions,
                                                output_hidden_states)
@@ -302,15 +307,16 @@ class XfmrBartModel(XfmrBartPreTrainedModel):
         if replayed_by_checkpointing(self.decoder.layers):  # the replay would write a cache twice
             use_cache, past_key_values = False, None
         past_key_values = prepare_cache(past_key_values, use_cache, config, cross_attention=True)
-        embeds = self.embed(decoder_input_ids, decoder_inputs_embeds)  # (B, T, C)
+        embeds = self.embed(decoder_input_ids, decoder_inputs_embeds, ids_name="decoder_input_ids")  # (B, T, C)
         encoder_hidden = encoder_outputs.last_hidden_state  # (B, S, C)
         if encoder_hidden.shape[0] != embeds.shape[0]:
             raise ValueError(f"The encoder batch has {encoder_hidden.shape[0]} rows but the decoder inputs "
                              f"{embeds.shape[0]}; pass one target sequence per input sequence.")
         if attention_mask is not None:
-            _check_mask("attention_mask", attention_mask, encoder_hidden)
+            _check_mask("attention_mask", attention_mask, encoder_hidden, values=not encoder_ran)
         past_length = cached_length(past_key_values.self_attention_cache) if past_key_values is not None else 0
         expected = (embeds.shape[0], past_length + embeds.shape[1])
+        check_attention_mask("decoder_attention_mask", decoder_attention_mask)
         if decoder_attention_mask is not None and tuple(decoder_attention_mask.shape) != expected:
             cached = f" ({past_length} cached + {embeds.shape[1]} new)" if past_length else ""
             raise ValueError(f"`decoder_attention_mask` has shape {tuple(decoder_attention_mask.shape)} but must be "
@@ -367,6 +373,7 @@ class XfmrBartDecoderModel(XfmrBartPreTrainedModel):
                       else past_key_values)
         past_length = cached_length(self_cache)
         check_decoder_mask(attention_mask, batch, past_length, seq_len)
+        check_attention_mask("encoder_attention_mask", encoder_attention_mask)
         if attention_mask is not None and attention_mask.dim() != 2:
             raise ValueError("XfmrBartForCausalLM takes a 2-D (batch, seq_len) 0/1 `attention_mask`.")
         embeds = self.shared(input_ids) * self.embed_scale if inputs_embeds is None else inputs_embeds  # (B, T, C)

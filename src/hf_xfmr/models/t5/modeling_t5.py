@@ -40,7 +40,7 @@ from ...layers.norms import RMSNorm
 from ...layers.relative_bias import relative_position_bias
 from ..generation import cached_length, prepare_cache
 from ..heads import QuestionAnsweringHead, SequenceClassificationHead, TokenClassificationHead
-from ..input_checks import check_encoder_inputs
+from ..input_checks import check_attention_mask, check_encoder_inputs, check_tensor
 from ..seq2seq import DecoderInputsFromInputs, EncoderEntry, EosClassifier, Seq2SeqAttention, Seq2SeqLMHead
 from .configuration_t5 import XfmrT5Config
 
@@ -262,14 +262,19 @@ class XfmrT5PreTrainedModel(PreTrainedModel):
 def _embed(shared: nn.Embedding, input_ids, inputs_embeds, vocab_size: int, what: str):
     """(B, T) ids -> (B, T, C) embeddings (or the given embeddings), after the usual input checks."""
     check_encoder_inputs(input_ids, inputs_embeds, None, None, None, vocab_size=vocab_size, type_vocab_size=None,
-                         max_positions=None)
+                         max_positions=None, ids_name=what)
     return shared(input_ids) if inputs_embeds is None else inputs_embeds
 
 
-def _check_mask(name, mask, embeds):
+def _check_mask(name, mask, embeds, values=True):
+    """A 2-D padding mask: one 0/1 entry per token of `embeds` (B, T, C); `values=False` checks the shape
+    alone (a mask whose values the encoder has just checked)."""
+    check_tensor(name, mask)
     if mask is not None and mask.dim() == 2 and tuple(mask.shape) != tuple(embeds.shape[:2]):
         raise ValueError(f"`{name}` has shape {tuple(mask.shape)} but the inputs have shape "
                          f"{tuple(embeds.shape[:2])}; it must have one entry per token.")
+    if values:
+        check_attention_mask(name, mask)
 
 
 class XfmrT5EncoderModel(XfmrT5PreTrainedModel):
@@ -327,6 +332,7 @@ class XfmrT5Model(XfmrT5EncoderModel):
         past_key_values = cache if cache is not None else past_key_values
         output_attentions = config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        encoder_ran = encoder_outputs is None
         if encoder_outputs is None:
             encoder_outputs = self.run_encoder(input_ids, attention_mask, inputs_embeds, output_attentions,
                                                output_hidden_states)
@@ -346,7 +352,8 @@ class XfmrT5Model(XfmrT5EncoderModel):
         if encoder_hidden.shape[0] != embeds.shape[0]:
             raise ValueError(f"The encoder batch has {encoder_hidden.shape[0]} rows but the decoder inputs "
                              f"{embeds.shape[0]}; pass one target sequence per input sequence.")
-        _check_mask("attention_mask", attention_mask, encoder_hidden)
+        _check_mask("attention_mask", attention_mask, encoder_hidden, values=not encoder_ran)
+        check_attention_mask("decoder_attention_mask", decoder_attention_mask)  # (its shape: in the stack)
         hidden, all_hidden, all_self, all_cross = self.decoder(
             embeds, decoder_attention_mask, encoder_hidden, attention_mask, past_key_values=past_key_values,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states,
