@@ -841,30 +841,26 @@ def _add_publish(subparsers) -> None:
 
 
 def _run_distill(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from hf_xfmr.training.distill import DistillArguments, distill
 
     teacher = Path(args.teacher)
     if not (teacher / "config.json").is_file():
         raise CommandError(f"--teacher {teacher} is not a checkpoint folder (it has no config.json)")
-    student = None if args.student == "auto" else args.student
-    layer_ids = None
-    if args.layer_ids:
+    # Options left out are not in `args` (default SUPPRESS), so DistillArguments' own defaults apply.
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(DistillArguments) if hasattr(args, f.name)}
+    given["teacher"] = str(teacher)
+    if given.get("student") == "auto":
+        given["student"] = None
+    if "student_layer_ids" in given:
         try:
-            layer_ids = [int(x) for x in args.layer_ids.split(",") if x.strip()]
+            given["student_layer_ids"] = [int(x) for x in given["student_layer_ids"].split(",") if x.strip()]
         except ValueError:
-            raise CommandError(f"--layer-ids must be comma-separated integers, got {args.layer_ids!r}") from None
+            raise CommandError(f"--student_layer_ids must be comma-separated integers, got "
+                               f"{given['student_layer_ids']!r}") from None
     try:
-        settings = DistillArguments(
-            teacher=str(teacher), output_dir=args.output, tokenizer=args.tokenizer, student=student,
-            student_layers=args.student_layers, student_layer_ids=layer_ids, corpus=args.corpus,
-            max_documents=args.max_documents, max_seq_length=args.seq_len, max_steps=args.max_steps,
-            batch_size=args.batch_size, gradient_accumulation_steps=args.grad_accum, learning_rate=args.lr,
-            warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
-            temperature=args.temperature, alpha_ce=args.alpha_ce, alpha_mlm=args.alpha_mlm, alpha_cos=args.alpha_cos,
-            mlm_probability=args.mlm_probability, eval_sequences=args.eval_sequences, bf16=args.bf16,
-            device=args.device, logging_steps=args.logging_steps, seed=args.seed,
-            overwrite_output_dir=args.overwrite,
-        )
+        settings = DistillArguments(**given)
         result = distill(settings)
     except (ValueError, FileNotFoundError, FileExistsError, KeyError) as err:
         # distill raises these with a message meant for the user (bad sizes, incompatible student, ...).
@@ -872,7 +868,7 @@ def _run_distill(args: argparse.Namespace) -> int:
         raise CommandError(str(message)) from None
     student_model = result.student
     print(f"distilled {student_model.config.model_type} student ({student_model.config.num_hidden_layers} layers) "
-          f"from {teacher} in {args.max_steps} steps; saved to {args.output}")
+          f"from {teacher} in {settings.max_steps} steps; saved to {settings.output_dir}")
     if result.history:
         first, last = result.history[0], result.history[-1]
         print(f"loss {first['loss']:.4f} -> {last['loss']:.4f} (ce {last['ce']:.4f}, mlm {last['mlm']:.4f}, "
@@ -883,7 +879,57 @@ def _run_distill(args: argparse.Namespace) -> int:
     return 0
 
 
+# `hf-xfmr distill` options: (DistillArguments field, shorter names kept from earlier releases, argparse
+# settings, help). Each name is accepted with underscores and with dashes, as pretrain/finetune options are.
+_DISTILL_OPTIONS = (
+    ("teacher", (), dict(required=True, metavar="DIR"), "teacher checkpoint folder or Hub repo id (loaded as an MLM)"),
+    ("output_dir", ("output",), dict(required=True, metavar="DIR"), "where the student is written"),
+    ("corpus", (), dict(metavar="SRC"), "text: a .txt/.jsonl/.parquet/.csv file, a folder, or a datasets name "
+                                        "(default: the embedded offline corpus)"),
+    ("text_column", (), dict(metavar="NAME"), "the corpus column holding the text"),
+    ("max_documents", (), dict(type=int, metavar="N"), "use at most N documents"),
+    ("tokenizer", (), dict(metavar="DIR"), "tokenizer folder (default: --teacher)"),
+    ("student", (), dict(metavar="KIND"), "'auto' (DistilBERT for a BERT teacher, else the teacher's architecture), "
+                                          "'same', 'distilbert', or a student checkpoint folder to keep training"),
+    ("student_layers", (), dict(type=int, metavar="N"), "student depth (default: half the teacher's, rounded up)"),
+    ("student_layer_ids", ("layer_ids",), dict(metavar="I,J,..."),
+     "teacher layers to copy (default: evenly spaced, first and last included)"),
+    ("max_steps", (), dict(type=int, metavar="N"), "optimizer steps"),
+    ("batch_size", (), dict(type=int, metavar="N"), "sequences per step"),
+    ("gradient_accumulation_steps", ("grad_accum",), dict(type=int, metavar="N"), "micro-batches per optimizer step"),
+    ("max_seq_length", ("seq_len",), dict(type=int, metavar="N"), "tokens per sequence"),
+    ("learning_rate", ("lr",), dict(type=float, metavar="X"), "peak AdamW learning rate"),
+    ("warmup_ratio", (), dict(type=float, metavar="X"), "share of steps warming up"),
+    ("weight_decay", (), dict(type=float, metavar="X"), "AdamW weight decay"),
+    ("adam_epsilon", (), dict(type=float, metavar="X"), "AdamW epsilon"),
+    ("max_grad_norm", (), dict(type=float, metavar="X"), "gradient clipping, 0 = off"),
+    ("temperature", (), dict(type=float, metavar="X"), "softmax temperature T"),
+    ("alpha_ce", (), dict(type=float, metavar="X"), "weight of the soft-target KL"),
+    ("alpha_mlm", (), dict(type=float, metavar="X"), "weight of the MLM loss"),
+    ("alpha_cos", (), dict(type=float, metavar="X"), "weight of the hidden-state cosine"),
+    ("mlm_probability", (), dict(type=float, metavar="X"), "masking rate"),
+    ("eval_sequences", (), dict(type=int, metavar="N"), "held-out sequences for the top-1 agreement report, 0 = none"),
+    ("bf16", (), dict(action="store_true"), "bf16 autocast"),
+    ("device", (), dict(choices=("cpu", "cuda")), "default: cuda when available"),
+    ("logging_steps", (), dict(type=int, metavar="N"), "progress update interval"),
+    ("seed", (), dict(type=int, metavar="N"), "data order, masking and anything random"),
+    ("overwrite_output_dir", ("overwrite",), dict(action="store_true"), "write into a non-empty --output_dir"),
+)
+
+
+def _spellings(*names: str) -> list[str]:
+    """`--name` for each name, then its dashed spelling where it differs (`--max_steps`, `--max-steps`)."""
+    flags = []
+    for name in names:
+        flags += [f"--{name}"] + ([f"--{name.replace('_', '-')}"] if "_" in name else [])
+    return flags
+
+
 def _add_distill(subparsers) -> None:
+    import dataclasses
+
+    from hf_xfmr.training.distill import DistillArguments
+
     parser = _add_parser(
         subparsers,
         "distill",
@@ -894,51 +940,25 @@ def _add_distill(subparsers) -> None:
             "from the teacher's embeddings, MLM head and one layer out of two, and is trained on masked text with\n"
             "  loss = alpha_ce * T^2 * KL(teacher soft targets || student) + alpha_mlm * MLM\n"
             "       + alpha_cos * (1 - cosine(student, teacher last hidden states)),\n"
-            "KL and cosine over non-pad tokens. The student, its tokenizer and distill_log.json go to --output."
+            "KL and cosine over non-pad tokens. The student, its tokenizer and distill_log.json go to --output_dir.\n"
+            "Each option also has a dashed spelling (--max-steps)."
         ),
         epilog=(
             "examples:\n"
-            "  hf-xfmr distill --teacher ./my-bert --output ./my-distilbert            # embedded corpus\n"
-            "  hf-xfmr distill --teacher ./my-roberta --output ./distilroberta --corpus ./texts/ --max-steps 5000\n"
-            "  hf-xfmr distill --teacher ./my-bert --output ./small --student-layers 3 --layer-ids 0,5,11"
+            "  hf-xfmr distill --teacher ./my-bert --output_dir ./my-distilbert          # embedded corpus\n"
+            "  hf-xfmr distill --teacher ./my-roberta --output_dir ./distilroberta --corpus ./texts/ --max_steps 5000\n"
+            "  hf-xfmr distill --teacher ./my-bert --output_dir ./small --student_layers 3 --student_layer_ids 0,5,11"
         ),
         func=_run_distill,
     )
-    parser.add_argument("--teacher", required=True, metavar="DIR", help="teacher checkpoint folder (loaded as an MLM)")
-    parser.add_argument("--output", required=True, metavar="DIR", help="where the student is written")
-    parser.add_argument("--corpus", default=None, metavar="SRC",
-                        help="text: a .txt/.jsonl/.parquet file, a folder, or a datasets name "
-                             "(default: the embedded offline corpus)")
-    parser.add_argument("--max-documents", type=int, default=None, metavar="N", help="use at most N documents")
-    parser.add_argument("--tokenizer", default=None, metavar="DIR", help="tokenizer folder (default: --teacher)")
-    parser.add_argument("--student", default="auto", metavar="KIND",
-                        help="'auto' (DistilBERT for a BERT teacher, else the teacher's architecture), 'same', "
-                             "'distilbert', or a student checkpoint folder to keep training (default: auto)")
-    parser.add_argument("--student-layers", type=int, default=None, metavar="N",
-                        help="student depth (default: half the teacher's, rounded up)")
-    parser.add_argument("--layer-ids", default=None, metavar="I,J,...",
-                        help="teacher layers to copy (default: evenly spaced, first and last included)")
-    parser.add_argument("--max-steps", type=int, default=1000, metavar="N", help="optimizer steps (default: 1000)")
-    parser.add_argument("--batch-size", type=int, default=16, metavar="N", help="sequences per step (default: 16)")
-    parser.add_argument("--grad-accum", type=int, default=1, metavar="N",
-                        help="micro-batches per optimizer step (default: 1)")
-    parser.add_argument("--seq-len", type=int, default=128, metavar="N", help="tokens per sequence (default: 128)")
-    parser.add_argument("--lr", type=float, default=5e-4, metavar="X", help="peak AdamW learning rate (default: 5e-4)")
-    parser.add_argument("--warmup-ratio", type=float, default=0.05, metavar="X", help="share of steps warming up (default: 0.05)")
-    parser.add_argument("--weight-decay", type=float, default=0.0, metavar="X", help="AdamW weight decay (default: 0)")
-    parser.add_argument("--max-grad-norm", type=float, default=5.0, metavar="X", help="gradient clipping, 0 = off (default: 5)")
-    parser.add_argument("--temperature", type=float, default=2.0, metavar="X", help="softmax temperature T (default: 2)")
-    parser.add_argument("--alpha-ce", type=float, default=5.0, metavar="X", help="weight of the soft-target KL (default: 5)")
-    parser.add_argument("--alpha-mlm", type=float, default=2.0, metavar="X", help="weight of the MLM loss (default: 2)")
-    parser.add_argument("--alpha-cos", type=float, default=1.0, metavar="X", help="weight of the hidden-state cosine (default: 1)")
-    parser.add_argument("--mlm-probability", type=float, default=0.15, metavar="X", help="masking rate (default: 0.15)")
-    parser.add_argument("--eval-sequences", type=int, default=64, metavar="N",
-                        help="held-out sequences for the top-1 agreement report, 0 = none (default: 64)")
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast")
-    parser.add_argument("--device", default=None, choices=("cpu", "cuda"), help="default: cuda when available")
-    parser.add_argument("--logging-steps", type=int, default=10, metavar="N", help="progress update interval")
-    parser.add_argument("--seed", type=int, default=0, metavar="N", help="data order, masking (default: 0)")
-    parser.add_argument("--overwrite", action="store_true", help="write into a non-empty --output")
+    defaults = {f.name: f.default for f in dataclasses.fields(DistillArguments)}
+    defaults["student"] = "auto"
+    for name, old_names, settings, help in _DISTILL_OPTIONS:
+        default = defaults.get(name)
+        if default not in (None, dataclasses.MISSING) and settings.get("action") is None:
+            help = f"{help} (default: {default})"
+        parser.add_argument(*_spellings(name, *old_names), dest=name, default=argparse.SUPPRESS, help=help,
+                            **settings)
 
 
 # ----------------------------------------------------------------------------------------------

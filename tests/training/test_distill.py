@@ -58,10 +58,10 @@ def test_select_layers_takes_one_layer_out_of_two_first_and_last_included():
     assert select_layers(4, 2) == [0, 3]
     assert select_layers(6, 6) == list(range(6))
     assert select_layers(5, 1) == [0]
-    with pytest.raises(ValueError, match=r"deeper \(7 layers, `num_layers`\) than its teacher \(6 layers\).*"
-                                         r"num_layers <= 6 \(DistilBERT uses half: 3\)"):
+    with pytest.raises(ValueError, match=r"deeper \(7 layers, `num_layers` / --student_layers\) than its teacher "
+                                         r"\(6 layers\).*Use at most 6 \(DistilBERT uses half: 3\)"):
         select_layers(6, 7)
-    with pytest.raises(ValueError, match="`num_layers` must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="`num_layers` \\(--student_layers\\) must be a positive integer, got 0"):
         select_layers(6, 0)
 
 
@@ -123,13 +123,16 @@ def test_bad_student_requests_name_the_argument_and_the_fix():
     with pytest.raises(ValueError, match=r"Hidden size mismatch: the student has hidden size 64 but the teacher 32.*"
                                          r"give the student hidden size 32"):
         init_student_from_teacher(teacher, XfmrDistilBertConfig.from_preset("tiny", vocab_size=120, dim=64, n_layers=2))
-    with pytest.raises(ValueError, match=r"deeper \(6 layers, `num_layers`\) than its teacher \(4 layers\)"):
+    with pytest.raises(ValueError, match=r"deeper \(6 layers, `num_layers` / --student_layers\) than its teacher "
+                                         r"\(4 layers\)"):
         init_student_from_teacher(teacher, num_layers=6)
     with pytest.raises(ValueError, match=r"deeper \(5 layers"):
         init_student_from_teacher(teacher, XfmrDistilBertConfig.from_preset("tiny", vocab_size=120, n_layers=5))
-    with pytest.raises(ValueError, match=r"`layers`=\[3, 1\] must be increasing indices of the teacher's 4 layers"):
+    with pytest.raises(ValueError, match=r"`layers` \(--student_layer_ids\) \[3, 1\] must be increasing indices of "
+                                         r"the teacher's 4 layers \(0 to 3\)"):
         init_student_from_teacher(teacher, num_layers=2, layers=[3, 1])
-    with pytest.raises(ValueError, match="`layers` names 3 teacher layers for a student of 2 layers"):
+    with pytest.raises(ValueError, match=r"`layers` \(--student_layer_ids\) names 3 teacher layers for a student of "
+                                         r"2 layers \(`num_layers` / --student_layers\)"):
         init_student_from_teacher(teacher, num_layers=2, layers=[0, 1, 2])
     with pytest.raises(ValueError, match="`student`='tiny' is not a student architecture"):
         init_student_from_teacher(teacher, "tiny")
@@ -202,9 +205,9 @@ def test_loss_rejects_mismatched_models_and_bad_settings():
         loss(s_logits, t_logits, s_hidden[..., :8], t_hidden, mask, labels)
     with pytest.raises(ValueError, match="alpha_mlm > 0 needs MLM `labels`"):
         loss(s_logits, t_logits, s_hidden, t_hidden, mask)
-    with pytest.raises(ValueError, match="`temperature` must be > 0, got 0"):
+    with pytest.raises(ValueError, match=r"`temperature` \(--temperature\) must be > 0, got 0"):
         DistillationLoss(temperature=0)
-    with pytest.raises(ValueError, match="`alpha_cos` must be >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"`alpha_cos` \(--alpha_cos\) must be >= 0, got -1"):
         DistillationLoss(alpha_cos=-1)
     with pytest.raises(ValueError, match="At least one of"):
         DistillationLoss(alpha_ce=0, alpha_mlm=0, alpha_cos=0)
@@ -276,17 +279,18 @@ def test_top1_agreement_counts_real_tokens_only():
 
 
 def test_distill_arguments_and_run_setup_errors(wordpiece_tokenizer, tmp_path):
-    with pytest.raises(ValueError, match="`max_steps` must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="--max_steps must be a positive integer, got 0"):
         DistillArguments(teacher="x", max_steps=0)
-    with pytest.raises(ValueError, match="`mlm_probability` must be in \\(0, 1\\)"):
+    with pytest.raises(ValueError, match="--mlm_probability must be in \\(0, 1\\)"):
         DistillArguments(teacher="x", mlm_probability=1.5)
-    with pytest.raises(ValueError, match="`alpha_ce` must be >= 0"):
+    with pytest.raises(ValueError, match=r"`alpha_ce` \(--alpha_ce\) must be >= 0"):
         DistillArguments(teacher="x", alpha_ce=-2)
     with pytest.raises(FileNotFoundError, match="is not a checkpoint folder"):
         distill(DistillArguments(teacher=str(tmp_path / "missing")))
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "file").write_text("x")
-    with pytest.raises(FileExistsError, match="exists and is not empty; pass overwrite_output_dir=True"):
+    with pytest.raises(FileExistsError, match=r"exists and is not empty; pass --overwrite_output_dir "
+                                              r"\(Python: overwrite_output_dir=True\)"):
         distill(DistillArguments(teacher=bert_teacher(), output_dir=str(tmp_path / "full")))
     with pytest.raises(ValueError, match="Pass `tokenizer`"):
         distill(DistillArguments(teacher=bert_teacher()))

@@ -1,4 +1,8 @@
-"""`hf-xfmr distill`: help, a tiny end-to-end run from a transformers-format teacher folder, and errors."""
+"""`hf-xfmr distill`: help, a tiny end-to-end run from a transformers-format teacher folder, both spellings of
+every option, --text_column, the student folder in a pipeline, and errors."""
+
+import copy
+import dataclasses
 
 import json
 import random
@@ -22,15 +26,20 @@ def run(argv, capsys):
     return status, out, err
 
 
-@pytest.fixture
-def teacher_dir(tmp_path, wordpiece_tokenizer):
-    """A transformers BertForMaskedLM checkpoint with its tokenizer, and a small text file."""
+@pytest.fixture(scope="module")
+def teacher_dir(tmp_path_factory, wordpiece_tokenizer):
+    """A transformers BertForMaskedLM checkpoint with its tokenizer (which emits token_type_ids, as BERT's
+    does), and a small text file. Tests only read it."""
+    tmp_path = tmp_path_factory.mktemp("distill")
     torch.manual_seed(0)
     config = transformers.BertConfig(vocab_size=len(wordpiece_tokenizer), hidden_size=32, num_hidden_layers=4,
                                      num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
     path = tmp_path / "teacher"
     transformers.BertForMaskedLM(config).save_pretrained(path)
-    wordpiece_tokenizer.save_pretrained(path)
+    tokenizer = copy.copy(wordpiece_tokenizer)  # with the inputs of transformers' BertTokenizer
+    names = ["input_ids", "token_type_ids", "attention_mask"]
+    tokenizer.model_input_names, tokenizer.init_kwargs = names, {**tokenizer.init_kwargs, "model_input_names": names}
+    tokenizer.save_pretrained(path)
     rng = random.Random(0)
     text = tmp_path / "corpus.txt"
     text.write_text("\n".join(" ".join(rng.choice(WORDS) for _ in range(30)) for _ in range(60)) + "\n")
@@ -40,8 +49,9 @@ def teacher_dir(tmp_path, wordpiece_tokenizer):
 def test_help_documents_the_recipe_and_options(capsys):
     status, out, _ = run(["distill", "--help"], capsys)
     assert status == 0
-    for word in ("--teacher", "--output", "--corpus", "--student", "--student-layers", "--layer-ids", "--temperature",
-                 "--alpha-ce", "--alpha-mlm", "--alpha-cos", "--max-steps", "one layer out of two", "T^2"):
+    for word in ("--teacher", "--output", "--corpus", "--text_column", "--student", "--student-layers", "--layer-ids",
+                 "--temperature", "--alpha-ce", "--alpha-mlm", "--alpha-cos", "--max-steps", "one layer out of two",
+                 "T^2"):
         assert word in out, word
     status, out, _ = run(["--help"], capsys)
     assert "distill" in out
@@ -75,10 +85,12 @@ def test_distill_end_to_end_from_a_transformers_teacher(teacher_dir, tmp_path, c
 
 
 @pytest.mark.parametrize("extra,message", [
-    (["--student-layers", "9"], r"deeper \(9 layers, `num_layers`\) than its teacher \(4 layers\)"),
-    (["--layer-ids", "0,x"], "--layer-ids must be comma-separated integers"),
+    (["--student-layers", "9"], r"deeper \(9 layers, `num_layers` / --student_layers\) than its teacher \(4 layers\)"),
+    (["--layer-ids", "0,x"], "--student_layer_ids must be comma-separated integers"),
     (["--student", "nowhere"], "'nowhere' is neither 'same', 'distilbert' nor a checkpoint folder"),
-    (["--temperature", "0"], "`temperature` must be > 0"),
+    (["--temperature", "0"], r"`temperature` \(--temperature\) must be > 0"),
+    (["--max_seq_length", "2"], "--max_seq_length 2 is too short"),
+    (["--text_column", "body"], r"Column 'body' not found in the corpus .*--text_column \(Python: text_column=\)"),
 ])
 def test_bad_input_exits_with_a_clear_message(teacher_dir, tmp_path, capsys, extra, message):
     teacher, text = teacher_dir
@@ -98,3 +110,64 @@ def test_missing_teacher_and_occupied_output(teacher_dir, tmp_path, capsys):
     teacher, _ = teacher_dir
     status, _, err = run(["distill", "--teacher", str(teacher), "--output", str(occupied)], capsys)
     assert status == 2 and "exists and is not empty" in err
+
+
+def test_every_option_takes_both_spellings(capsys):
+    """Each DistillArguments field (but `progress`) is an option, spelled with underscores or dashes as
+    pretrain/finetune options are; the earlier short names (--output, --seq-len, ...) still work."""
+    from hf_xfmr.training.distill import DistillArguments
+
+    parser = cli.build_parser()
+    actions = {a.dest: a for a in parser._subparsers._group_actions[0].choices["distill"]._actions}
+    for field in dataclasses.fields(DistillArguments):
+        if field.name == "progress":
+            continue
+        flags = actions[field.name].option_strings
+        assert f"--{field.name}" in flags and f"--{field.name.replace('_', '-')}" in flags, field.name
+    common = ["distill", "--teacher", "T"]
+    underscored = parser.parse_args(common + ["--output_dir", "O", "--text_column", "body", "--max_steps", "3",
+                                              "--student_layer_ids", "0,2", "--learning_rate", "0.1",
+                                              "--overwrite_output_dir"])
+    dashed = parser.parse_args(common + ["--output-dir", "O", "--text-column", "body", "--max-steps", "3",
+                                         "--student-layer-ids", "0,2", "--learning-rate", "0.1",
+                                         "--overwrite-output-dir"])
+    short = parser.parse_args(common + ["--output", "O", "--text-column", "body", "--max-steps", "3",
+                                        "--layer-ids", "0,2", "--lr", "0.1", "--overwrite"])
+    for parsed in (dashed, short):
+        assert {k: v for k, v in vars(parsed).items() if k != "func"} == \
+            {k: v for k, v in vars(underscored).items() if k != "func"}
+    assert (underscored.output_dir, underscored.text_column, underscored.max_steps) == ("O", "body", 3)
+    assert not hasattr(underscored, "batch_size")  # left out: DistillArguments' default applies
+
+
+def test_text_column_names_the_corpus_column(teacher_dir, tmp_path, capsys, one_thread):
+    teacher, _ = teacher_dir
+    rows = [{"content": " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(20)), "id": i} for i in range(30)]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    common = ["distill", "--teacher", str(teacher), "--corpus", str(corpus), "--max_steps", "1", "--batch_size", "4",
+              "--max_seq_length", "16", "--eval_sequences", "0", "--student_layers", "1"]
+    status, _, err = run(common + ["--output_dir", str(tmp_path / "a")], capsys)
+    assert status == 2
+    assert "Column 'text' not found in the corpus (columns: ['content', 'id'])" in err and "--text_column" in err
+    status, out, err = run(common + ["--output-dir", str(tmp_path / "b"), "--text-column", "content"], capsys)
+    assert status == 0, err
+    log = json.loads((tmp_path / "b" / "distill_log.json").read_text())
+    assert log["arguments"]["text_column"] == "content" and len(log["history"]) == 1
+
+
+def test_distilled_student_folder_works_in_a_fill_mask_pipeline(teacher_dir, tmp_path, capsys, one_thread):
+    """The teacher's BERT tokenizer emits token_type_ids; the DistilBERT student's saved copy must not (the
+    student takes none), so the folder works in `pipeline("fill-mask")` as it is."""
+    teacher, text = teacher_dir
+    assert "token_type_ids" in transformers.AutoTokenizer.from_pretrained(teacher)("a", "b")
+    out_dir = tmp_path / "student"
+    status, _, err = run(["distill", "--teacher", str(teacher), "--output_dir", str(out_dir), "--corpus", str(text),
+                          "--max_steps", "1", "--batch_size", "4", "--max_seq_length", "16", "--eval_sequences", "0"],
+                         capsys)
+    assert status == 0, err
+    saved = json.loads((out_dir / "tokenizer_config.json").read_text())
+    assert saved["model_input_names"] == ["input_ids", "attention_mask"]
+    fill = transformers.pipeline("fill-mask", model=str(out_dir), device="cpu")
+    predictions = fill("the cat [MASK] the dog", top_k=3)
+    assert len(predictions) == 3 and all(p["sequence"].startswith("the cat") for p in predictions)

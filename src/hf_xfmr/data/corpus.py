@@ -127,7 +127,8 @@ def load_corpus(source=None, *, split: str = "train", text_column: str = "text",
         ds = ds[split]
     columns = ds.column_names
     if columns is not None and text_column not in columns:
-        raise ValueError(f"Column {text_column!r} not found in the corpus (columns: {columns}); pass text_column=.")
+        raise ValueError(f"Column {text_column!r} not found in the corpus (columns: {columns}); name the text column "
+                         "with --text_column (Python: text_column=).")
     if text_column != "text":
         ds = ds.rename_column(text_column, "text")
     if isinstance(ds, datasets.Dataset):

@@ -213,6 +213,7 @@ def _check_sentinels(tokenizer, start: int, count: int, eos: int, pad: int) -> N
             raise ValueError(
                 f"Sentinel <extra_id_{j}> would be id {token_id}, which is the real vocabulary entry {token!r}: span "
                 f"corruption writes sentinels over the last {count} ids of the vocabulary. Use a tokenizer whose last "
-                f"ids are <extra_id_*> tokens (hf_xfmr.data.train_tokenizer('t5') adds 100), or pass num_sentinels= "
-                f"the number of trailing special tokens."
+                f"ids are <extra_id_*> tokens (hf_xfmr.data.train_tokenizer('t5') adds 100; `hf-xfmr pretrain` "
+                f"trains one when --tokenizer is left out), or, in Python, pass num_sentinels= the number of "
+                f"trailing special tokens."
             )

@@ -24,7 +24,9 @@ Python:
     from hf_xfmr.training.distill import DistillArguments, distill
     result = distill(DistillArguments(teacher="my-bert", output_dir="my-distilbert", max_steps=1000))
 
-Command line: `hf-xfmr distill --teacher my-bert --output my-distilbert --max-steps 1000`.
+Command line: `hf-xfmr distill --teacher my-bert --output_dir my-distilbert --max_steps 1000`: one flag per
+`DistillArguments` field, each also spelled with dashes (`--max-steps`). Errors name the flag (`--max_steps`);
+those of the building blocks below name their keyword and the flag that sets it (`num_layers`, --student_layers).
 
 Shapes: B batch, T sequence length, V vocabulary, C hidden size, N non-pad positions.
 """
@@ -59,12 +61,12 @@ def select_layers(teacher_layers: int, student_layers: int) -> list[int]:
     """Indices of the teacher layers a student of `student_layers` layers starts from: evenly spaced,
     first and last included ("one layer out of two" when the student has half the depth)."""
     if not isinstance(student_layers, int) or student_layers < 1:
-        raise ValueError(f"`num_layers` must be a positive integer, got {student_layers!r}.")
+        raise ValueError(f"`num_layers` (--student_layers) must be a positive integer, got {student_layers!r}.")
     if student_layers > teacher_layers:
         raise ValueError(
-            f"The student would be deeper ({student_layers} layers, `num_layers`) than its teacher "
-            f"({teacher_layers} layers): each student layer starts as a copy of a teacher layer. Use "
-            f"num_layers <= {teacher_layers} (DistilBERT uses half: {max(1, teacher_layers // 2)})."
+            f"The student would be deeper ({student_layers} layers, `num_layers` / --student_layers) than its "
+            f"teacher ({teacher_layers} layers): each student layer starts as a copy of a teacher layer. Use at "
+            f"most {teacher_layers} (DistilBERT uses half: {max(1, teacher_layers // 2)})."
         )
     if student_layers == 1:
         return [0]
@@ -176,9 +178,11 @@ def init_student_from_teacher(teacher, student=None, *, num_layers: int | None =
     else:
         layers = list(layers)
         if len(layers) != depth:
-            raise ValueError(f"`layers` names {len(layers)} teacher layers for a student of {depth} layers.")
+            raise ValueError(f"`layers` (--student_layer_ids) names {len(layers)} teacher layers for a student of "
+                             f"{depth} layers (`num_layers` / --student_layers).")
         if any(not isinstance(i, int) or not 0 <= i < teacher_depth for i in layers) or layers != sorted(set(layers)):
-            raise ValueError(f"`layers`={layers} must be increasing indices of the teacher's {teacher_depth} layers.")
+            raise ValueError(f"`layers` (--student_layer_ids) {layers} must be increasing indices of the teacher's "
+                             f"{teacher_depth} layers (0 to {teacher_depth - 1}).")
 
     from ..models.registry import get_architecture
 
@@ -243,12 +247,13 @@ class DistillationLoss(nn.Module):
                  alpha_cos: float = 1.0):
         super().__init__()
         if not temperature > 0:
-            raise ValueError(f"`temperature` must be > 0, got {temperature} (the recipe uses 2.0).")
+            raise ValueError(f"`temperature` (--temperature) must be > 0, got {temperature} (the recipe uses 2.0).")
         for name, value in (("alpha_ce", alpha_ce), ("alpha_mlm", alpha_mlm), ("alpha_cos", alpha_cos)):
             if not value >= 0:
-                raise ValueError(f"`{name}` must be >= 0, got {value}.")
+                raise ValueError(f"`{name}` (--{name}) must be >= 0, got {value}.")
         if alpha_ce + alpha_mlm + alpha_cos == 0:
-            raise ValueError("At least one of `alpha_ce`, `alpha_mlm`, `alpha_cos` must be > 0 (the recipe: 5, 2, 1).")
+            raise ValueError("At least one of `alpha_ce`, `alpha_mlm`, `alpha_cos` (--alpha_ce, --alpha_mlm, "
+                             "--alpha_cos) must be > 0 (the recipe: 5, 2, 1).")
         self.temperature, self.alpha_ce, self.alpha_mlm, self.alpha_cos = temperature, alpha_ce, alpha_mlm, alpha_cos
 
     def forward(self, student_logits, teacher_logits, student_hidden=None, teacher_hidden=None,
@@ -330,6 +335,7 @@ class DistillArguments:
             otherwise), "same", "distilbert", a student config, or a folder / model to continue training.
         student_layers: student depth (default half the teacher's); student_layer_ids: which teacher layers.
         corpus: anything `hf_xfmr.data.load_corpus` takes (None: the embedded corpus); max_documents caps it.
+        text_column: the corpus column holding the text (as `hf-xfmr pretrain --text_column`).
         max_seq_length: tokens per training sequence (longer documents are cut into several).
         max_steps, batch_size, gradient_accumulation_steps: optimizer steps and their size.
         learning_rate, warmup_ratio, weight_decay, adam_epsilon, max_grad_norm: AdamW with linear warmup and decay.
@@ -347,6 +353,7 @@ class DistillArguments:
     student_layers: int | None = None
     student_layer_ids: list[int] | None = None
     corpus: Any = None
+    text_column: str = "text"
     max_documents: int | None = None
     max_seq_length: int = 128
     max_steps: int = 1000
@@ -371,22 +378,27 @@ class DistillArguments:
     progress: bool = True
 
     def __post_init__(self):
+        # Messages name the `hf-xfmr distill` flag, which is the field's own name (as in PretrainArguments).
         for name in ("max_seq_length", "max_steps", "batch_size", "gradient_accumulation_steps", "logging_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+                raise ValueError(f"--{name} must be a positive integer, got {value!r}.")
         if self.max_seq_length < 4:
-            raise ValueError(f"`max_seq_length`={self.max_seq_length} is too short; use at least 4 (e.g. 128).")
+            raise ValueError(f"--max_seq_length {self.max_seq_length} is too short; use at least 4 (e.g. 128).")
         if not self.learning_rate > 0:
-            raise ValueError(f"`learning_rate` must be > 0, got {self.learning_rate}.")
+            raise ValueError(f"--learning_rate must be > 0, got {self.learning_rate}.")
         if not 0 <= self.warmup_ratio < 1:
-            raise ValueError(f"`warmup_ratio` must be in [0, 1), got {self.warmup_ratio}.")
+            raise ValueError(f"--warmup_ratio must be in [0, 1), got {self.warmup_ratio}.")
         if not 0 < self.mlm_probability < 1:
-            raise ValueError(f"`mlm_probability` must be in (0, 1), got {self.mlm_probability} (BERT uses 0.15).")
+            raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability} (BERT uses 0.15).")
         if not isinstance(self.eval_sequences, int) or self.eval_sequences < 0:
-            raise ValueError(f"`eval_sequences` must be an integer >= 0, got {self.eval_sequences!r}.")
+            raise ValueError(f"--eval_sequences must be an integer >= 0, got {self.eval_sequences!r}.")
+        if self.max_documents is not None and (not isinstance(self.max_documents, int) or self.max_documents < 1):
+            raise ValueError(f"--max_documents must be a positive integer or unset, got {self.max_documents!r}.")
+        if not isinstance(self.text_column, str) or not self.text_column:
+            raise ValueError(f"--text_column must name a column of the corpus, got {self.text_column!r}.")
         if self.device not in (None, "cpu", "cuda") and not str(self.device).startswith("cuda:"):
-            raise ValueError(f"`device` must be 'cpu' or 'cuda' (or None for automatic), got {self.device!r}.")
+            raise ValueError(f"--device must be 'cpu' or 'cuda' (or None for automatic), got {self.device!r}.")
         DistillationLoss(self.temperature, self.alpha_ce, self.alpha_mlm, self.alpha_cos)  # validates the loss
 
 
@@ -419,7 +431,7 @@ def _load_student(source, teacher, args):
     """The student: initialised from the teacher, or an existing MLM model / folder to keep training."""
     if isinstance(source, nn.Module) or (isinstance(source, (str, os.PathLike)) and Path(source).is_dir()):
         if args.student_layers is not None or args.student_layer_ids is not None:
-            raise ValueError("`student_layers` / `student_layer_ids` only apply when the student is built from "
+            raise ValueError("--student_layers / --student_layer_ids only apply when the student is built from "
                              "the teacher; an existing student keeps its own layers.")
         if isinstance(source, nn.Module):
             student = _as_ours(source)
@@ -433,7 +445,7 @@ def _load_student(source, teacher, args):
             raise ValueError(
                 f"Hidden size mismatch: the student has hidden size {student.config.hidden_size} but the teacher "
                 f"{teacher.config.hidden_size}; the cosine loss compares their hidden states. Use a student of "
-                f"the teacher's width, or set alpha_cos=0."
+                f"the teacher's width, or set --alpha_cos 0."
             )
         if student.config.vocab_size != teacher.config.vocab_size:
             raise ValueError(f"The student's vocabulary ({student.config.vocab_size}) differs from the teacher's "
@@ -449,7 +461,7 @@ def _sequences(tokenizer, args) -> list[list[int]]:
     """Token id sequences of at most `max_seq_length` (with special tokens) from the corpus."""
     from ..data import iter_texts, load_corpus
 
-    corpus = load_corpus(args.corpus, max_documents=args.max_documents)
+    corpus = load_corpus(args.corpus, text_column=args.text_column, max_documents=args.max_documents)
     sequences = []
     for texts in iter_texts(corpus, batch_size=256):
         encoded = tokenizer(texts, truncation=True, max_length=args.max_seq_length, return_overflowing_tokens=True,
@@ -483,7 +495,8 @@ def distill(args: DistillArguments) -> DistillResult:
         if out.exists() and not out.is_dir():
             raise FileExistsError(f"--output_dir {out} is a file, not a folder: choose another path.")
         if out.exists() and any(out.iterdir()) and not args.overwrite_output_dir:
-            raise FileExistsError(f"`output_dir` {out} exists and is not empty; pass overwrite_output_dir=True.")
+            raise FileExistsError(f"--output_dir {out} exists and is not empty; pass --overwrite_output_dir "
+                                  "(Python: overwrite_output_dir=True) to write into it, or choose another folder.")
     torch.manual_seed(args.seed)
     teacher, teacher_path = _load_teacher(args.teacher)
     tokenizer = args.tokenizer
@@ -494,11 +507,17 @@ def distill(args: DistillArguments) -> DistillResult:
         try:
             tokenizer = AutoTokenizer.from_pretrained(folder)
         except (OSError, ValueError) as err:
-            raise ValueError(f"No tokenizer could be loaded from {folder}: {err}. Pass `tokenizer`.") from None
+            raise ValueError(f"No tokenizer could be loaded from {folder}: {err}. Pass --tokenizer DIR "
+                             "(Python: tokenizer=).") from None
     if len(tokenizer) > teacher.config.vocab_size:
         raise ValueError(f"The tokenizer has {len(tokenizer)} tokens but the teacher only {teacher.config.vocab_size} "
                          f"embeddings: use the teacher's own tokenizer.")
     student = _load_student(args.student, teacher, args)
+    # The student's own tokenizer: the teacher's, emitting what the student takes (a DistilBERT student of a
+    # BERT teacher takes no token_type_ids). A copy, so a tokenizer passed in is left as it was.
+    from ..data.tokenizers import fit_tokenizer_to_model
+
+    tokenizer = fit_tokenizer_to_model(copy.copy(tokenizer), student)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     teacher.to(device).eval()
     student.to(device).train()
