@@ -376,7 +376,7 @@ def _add_bench(subparsers) -> None:
 def _run_pretrain(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from hf_xfmr.training import CheckpointError, NonFiniteLossError, PretrainArguments, pretrain
+    from hf_xfmr.training import CheckpointError, CollectiveError, NonFiniteLossError, PretrainArguments, pretrain
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(PretrainArguments) if hasattr(args, f.name)}
     try:
@@ -391,7 +391,7 @@ def _run_pretrain(args: argparse.Namespace) -> int:
         return 130
     except CheckpointError as err:
         raise CommandError(f"cannot resume: {err}") from None
-    except NonFiniteLossError as err:
+    except (NonFiniteLossError, CollectiveError) as err:
         print(f"{PROG} pretrain: error: {err}", file=sys.stderr)
         return 1
     except ValueError as err:

@@ -20,10 +20,11 @@ from .finetune_tasks import FinetuneError
 from .logs import read_log
 from .objectives import Objective, ObjectiveSettings, available_objectives, get_objective, register_objective
 from .optim import StableAdamW, build_optimizer, lr_multiplier
-from .pretrain import NonFiniteLossError, PretrainCallback, PretrainResult, PretrainRun, pretrain
+from .pretrain import CollectiveError, NonFiniteLossError, PretrainCallback, PretrainResult, PretrainRun, pretrain
 
 __all__ = [
     "CheckpointError",
+    "CollectiveError",
     "FinetuneArguments",
     "FinetuneError",
     "FinetuneResult",

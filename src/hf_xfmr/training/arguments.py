@@ -103,6 +103,9 @@ class PretrainArguments:
     progress_bar: bool = field(default=True, metadata=_help("show a progress bar with loss and tokens/s"))
     push_to_hub: str | None = field(default=None, metadata=_help(
         "after training, publish the final model to this Hub repository (needs hf_xfmr.hub)"))
+    ddp_timeout: float = field(default=1800.0, metadata=_help(
+        "distributed runs: seconds a collective operation waits for the other processes before the run fails "
+        "with an error naming the step (default 1800: 30 minutes)"))
 
     def __post_init__(self):
         positive = ("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_seq_length",
@@ -145,6 +148,9 @@ class PretrainArguments:
             raise ValueError(f"--mixed_precision must be no, bf16 or fp16, got {self.mixed_precision!r}.")
         if self.nan_policy not in ("stop", "skip"):
             raise ValueError(f"--nan_policy must be stop or skip, got {self.nan_policy!r}.")
+        if isinstance(self.ddp_timeout, bool) or not isinstance(self.ddp_timeout, (int, float)) or \
+                not 0 < self.ddp_timeout < float("inf"):
+            raise ValueError(f"--ddp_timeout must be a positive number of seconds, got {self.ddp_timeout!r}.")
         if self.deepspeed is not None and (not isinstance(self.deepspeed, str) or not self.deepspeed.strip()):
             raise ValueError(f"--deepspeed must name a config (zero2, zero3) or a JSON file, got {self.deepspeed!r}.")
 

@@ -31,6 +31,7 @@ import shutil
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,11 @@ RUN_CONFIG = "run_config.json"
 
 class NonFiniteLossError(RuntimeError):
     """The training loss became NaN or infinite (with `--nan_policy stop`)."""
+
+
+class CollectiveError(RuntimeError):
+    """A distributed run cannot go on: a collective operation between its processes timed out (after
+    `--ddp_timeout` seconds) or lost a peer. The message names the step; the original error is the cause."""
 
 
 class PretrainInterrupted(KeyboardInterrupt):
@@ -214,7 +220,11 @@ def make_accelerator(args: PretrainArguments):
         # gives identical results, so never build it.
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     launched = int(os.environ.get("WORLD_SIZE", "1"))
-    handlers = [InitProcessGroupKwargs(backend="gloo")] if cpu and launched > 1 else []
+    # A finite collective timeout: a process that stops taking part makes the others fail (with an error
+    # naming the step, see `pretrain`) instead of waiting for ever.
+    timeout = timedelta(seconds=args.ddp_timeout)
+    handlers = [InitProcessGroupKwargs(backend="gloo", timeout=timeout) if cpu else InitProcessGroupKwargs(
+        timeout=timeout)] if launched > 1 else []
     mixed = args.mixed_precision if args.mixed_precision != "no" else None
     # Accelerate keeps its state in process-wide singletons: forget the previous run's settings (mixed
     # precision, DeepSpeed plugin) so `pretrain` can be called again in the same process. The process
@@ -241,6 +251,12 @@ def make_accelerator(args: PretrainArguments):
             f"{launched} processes were launched but each one trains alone (distributed type "
             f"{accelerator.distributed_type}). On CPU launch with `accelerate launch --multi_gpu --num_processes N` "
             "or `torchrun --nproc_per_node N` (not `accelerate launch --cpu`, which starts one process).")
+    if launched > 1 and torch.distributed.is_initialized():
+        # The process group outlives a run (pretrain called again in the same processes keeps the first
+        # run's group): give it this run's timeout.
+        set_timeout = getattr(torch.distributed.distributed_c10d, "_set_pg_timeout", None)
+        if set_timeout is not None:
+            set_timeout(timeout)
     return accelerator
 
 
@@ -422,8 +438,17 @@ def _to_device(value, device):
 
 
 def _zero_loss(outputs) -> torch.Tensor:
-    """A zero with a gradient path through every output head: a batch without targets still runs backward,
-    so every process takes part in the gradient all-reduce, and its gradients are exactly zero."""
+    """A zero whose backward pass is that of a batch with targets: a batch without targets still runs
+    backward, so every process takes part in the gradient collectives, and its gradients are exactly zero.
+
+    It goes through the model's loss (made finite first) whenever there is one, so backward reaches the
+    same modules in the same order as the loss of a batch with targets does: under ZeRO-3 every module
+    whose output gets a gradient gathers its parameters then, so a process whose backward took another
+    path (e.g. through every output head) would wait on other collectives than the rest, for ever.
+    Without a loss, the path runs through every differentiable output."""
+    loss = outputs.get("loss") if hasattr(outputs, "get") else None
+    if torch.is_tensor(loss) and loss.requires_grad:
+        return torch.nan_to_num(loss.float(), nan=0.0, posinf=0.0, neginf=0.0) * 0.0
     parts = [v.float().sum() for v in outputs.values() if torch.is_tensor(v) and v.requires_grad and v.is_floating_point()]
     if not parts:
         raise RuntimeError("The model returned no differentiable output for a batch without targets.")
@@ -654,8 +679,10 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
     window = {"loss": 0.0, "n": 0, "tokens": 0, "time": time.perf_counter()}
     last_saved = start_step if resume_path is not None else None
     model.train()
+    activity = f"step {step + 1}"  # what the run was doing, for the error of a collective that fails
     try:
         while step < args.max_steps:
+            activity = f"step {step + 1}"
             n_micro = micro_batches_per_step(step, args.gradient_accumulation_steps, args.batch_size_warmup_steps)
             lr = args.learning_rate * lr_multiplier(args.lr_scheduler, step, args.max_steps, args.warmup,
                                                     args.decay_ratio, args.min_lr_ratio)
@@ -732,6 +759,7 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
                                 tok_s=f"{entry['tokens_per_second']:.0f}")
                 window = {"loss": 0.0, "n": 0, "tokens": 0, "time": time.perf_counter()}
             if eval_list and ((args.eval_steps and step % args.eval_steps == 0) or step == args.max_steps):
+                activity = f"the evaluation after step {step}"
                 eval_metrics = evaluate(run, eval_list)
                 log.write({"step": step, "epoch": record["epoch"], **eval_metrics})
                 for callback in callbacks:
@@ -739,12 +767,14 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
                 window["time"] = time.perf_counter()  # evaluation time is not training throughput
             if (args.save_steps and step % args.save_steps == 0) or (
                     step == args.max_steps and (args.save_steps or deepspeed)):
+                activity = f"the checkpoint of step {step}"
                 _save(run, callbacks, step, counters, resume_settings, plan, stream, args)
                 last_saved = step
                 window["time"] = time.perf_counter()
         bar.close()
 
         # 5. The final model.
+        activity = f"the export of the final model (after step {step})"
         final_model = _export_final(run, model_class, last_saved, deepspeed, output_dir)
         if is_main:
             tokenizer.save_pretrained(output_dir)
@@ -753,6 +783,10 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
             publish(final_model, tokenizer, args, eval_metrics, output_dir / LOG_FILE)
     except KeyboardInterrupt:
         raise PretrainInterrupted(step, ckpt.latest_checkpoint(output_dir)) from None
+    except Exception as err:
+        if world > 1 and _is_collective_failure(err):
+            raise CollectiveError(_collective_failure_message(err, activity, world, args)) from err
+        raise
     finally:
         bar.close()
         log.close()
@@ -770,6 +804,26 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
         accelerator.free_memory()
         gc.collect()
     return result
+
+
+def _is_collective_failure(err: BaseException) -> bool:
+    """Whether `err` is a collective operation between processes that timed out or lost its peer (torch's
+    distributed errors; gloo reports its timeouts and closed connections as plain RuntimeErrors)."""
+    dist_error = getattr(torch.distributed, "DistError", None)
+    if dist_error is not None and isinstance(err, dist_error):
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and any(sign in text for sign in (
+        "Timed out waiting", "gloo/transport", "Connection closed by peer", "Connection reset by peer"))
+
+
+def _collective_failure_message(err: BaseException, activity: str, world: int, args: PretrainArguments) -> str:
+    first_line = (str(err).strip().splitlines() or [""])[0]
+    return (f"The run stopped in {activity} (of {args.max_steps} steps): a collective operation between the "
+            f"{world} processes did not complete ({type(err).__name__}: {first_line[:300]}). Another process stopped "
+            "taking part: it failed (see its own error), hangs, or ran other collectives than this one (under ZeRO-3 "
+            "every process must run the same modules in the same order). Collectives wait --ddp_timeout seconds "
+            f"(now {args.ddp_timeout:g}) before they fail; raise it if a step legitimately takes longer.")
 
 
 def _epoch(plan: BatchPlan | None, stream, step: int, args: PretrainArguments) -> float:
