@@ -58,7 +58,7 @@ def tiny_bert_folders(tmp_path, monkeypatch):
     config = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                                      intermediate_size=37, max_position_embeddings=64)
     model = transformers.BertForMaskedLM(config)
-    for folder in ("path/to/bert-checkpoint", "bert-base-uncased"):
+    for folder in ("path/to/bert-checkpoint", "bert-base-uncased", "google-bert/bert-base-uncased"):
         model.save_pretrained(tmp_path / folder)
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -72,6 +72,18 @@ def test_conversion_snippets(tiny_bert_folders):
     namespace = run_checking_comments(snippet('ours.save_pretrained("./bert-base-xfmr")'))
     assert type(namespace["ref"]).__name__ == "BertForMaskedLM"
     assert (tiny_bert_folders / "bert-base-xfmr" / "model.safetensors").is_file()
+
+
+def test_loading_existing_checkpoints_snippet(tiny_bert_folders):
+    """Offline: the repo id names a local folder here (an existing path is never taken as a repo id), which
+    holds a tiny BertForMaskedLM; loading by id from a Hub is tested in tests/hub/test_load_by_id.py."""
+    from hf_xfmr.models.conversion import ConversionWarning
+
+    with pytest.warns(ConversionWarning, match=r"randomly initialised: .*classifier\.weight"):
+        namespace = run_checking_comments(snippet('XfmrBertForSequenceClassification.from_pretrained("google-bert'))
+    assert namespace["_checked"] == 1  # mlm is the XfmrBertForMaskedLM its comment says
+    assert type(namespace["clf"]).__name__ == "XfmrBertForSequenceClassification"
+    assert namespace["clf"].config.num_labels == 2
 
 
 def test_data_snippet(monkeypatch):

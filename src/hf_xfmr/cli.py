@@ -77,6 +77,17 @@ def _read_config(src: Path) -> dict[str, Any]:
     return config
 
 
+def _checkpoint_folder(option: str, value: str, revision: str | None) -> Path:
+    """The local folder of a checkpoint option: `value` itself, or the cached snapshot of the Hub repo it names
+    (downloaded if needed, at `revision`; the token comes from HF_TOKEN or `hf auth login`)."""
+    from hf_xfmr.models.hub_loading import CheckpointSourceError, resolve_checkpoint
+
+    try:
+        return resolve_checkpoint(value, revision=revision)
+    except CheckpointSourceError as err:
+        raise CommandError(f"{option} {value}: {err}") from None
+
+
 def _check_out(src: Path, out: Path, overwrite: bool) -> None:
     if out.resolve() == src.resolve():
         raise CommandError("OUT must differ from SRC")
@@ -120,7 +131,7 @@ def _run_convert(args: argparse.Namespace) -> int:
     import hf_xfmr
     from hf_xfmr.models.conversion import load_checkpoint
 
-    src, out = Path(args.src), Path(args.out)
+    src, out = _checkpoint_folder("SRC", args.src, args.revision), Path(args.out)
     config = _read_config(src)
     model_type = config["model_type"]
     if model_type not in CONFIG_MAPPING:
@@ -175,20 +186,23 @@ def _add_convert(subparsers) -> None:
         "convert",
         help="convert a checkpoint between the transformers and hf_xfmr formats",
         description=(
-            "Convert a local checkpoint folder between the transformers format (e.g. model_type 'bert')\n"
-            "and the hf_xfmr format (model_type 'xfmr-bert'). The direction follows SRC's config.json:\n"
+            "Convert a checkpoint (a local folder or a Hub repo id) between the transformers format (e.g.\n"
+            "model_type 'bert') and the hf_xfmr format ('xfmr-bert'). The direction follows SRC's config.json:\n"
             "'xfmr-*' model types become transformers checkpoints, others become hf_xfmr checkpoints.\n"
             "Weights are saved as safetensors; tokenizer files found in SRC are copied to OUT."
         ),
         epilog=(
             "examples:\n"
             "  hf-xfmr convert ./bert-base-uncased ./bert-base-xfmr\n"
+            "  hf-xfmr convert google-bert/bert-base-uncased ./bert-base-xfmr      # from the Hub (cached)\n"
             "  hf-xfmr convert ./bert-base-xfmr ./bert-back --to transformers\n"
             "  hf-xfmr convert ./my-bert ./my-bert-encoder --task base"
         ),
         func=_run_convert,
     )
-    parser.add_argument("src", metavar="SRC", help="checkpoint folder (config.json + weights)")
+    parser.add_argument("src", metavar="SRC", help="checkpoint folder (config.json + weights) or Hub repo id")
+    parser.add_argument("--revision", default=None, metavar="REV",
+                        help="branch, tag or commit of a Hub repo SRC (token: HF_TOKEN or `hf auth login`)")
     parser.add_argument("out", metavar="OUT", help="output folder (created; must be empty unless --overwrite)")
     parser.add_argument(
         "--to",
@@ -845,7 +859,7 @@ def _run_distill(args: argparse.Namespace) -> int:
 
     from hf_xfmr.training.distill import DistillArguments, distill
 
-    teacher = Path(args.teacher)
+    teacher = _checkpoint_folder("--teacher", args.teacher, getattr(args, "revision", None))
     if not (teacher / "config.json").is_file():
         raise CommandError(f"--teacher {teacher} is not a checkpoint folder (it has no config.json)")
     # Options left out are not in `args` (default SUPPRESS), so DistillArguments' own defaults apply.
@@ -883,6 +897,8 @@ def _run_distill(args: argparse.Namespace) -> int:
 # settings, help). Each name is accepted with underscores and with dashes, as pretrain/finetune options are.
 _DISTILL_OPTIONS = (
     ("teacher", (), dict(required=True, metavar="DIR"), "teacher checkpoint folder or Hub repo id (loaded as an MLM)"),
+    ("revision", (), dict(metavar="REV"), "branch, tag or commit of a Hub repo --teacher (token: HF_TOKEN or "
+                                          "`hf auth login`)"),
     ("output_dir", ("output",), dict(required=True, metavar="DIR"), "where the student is written"),
     ("corpus", (), dict(metavar="SRC"), "text: a .txt/.jsonl/.parquet/.csv file, a folder, or a datasets name "
                                         "(default: the embedded offline corpus)"),

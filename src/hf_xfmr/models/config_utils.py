@@ -10,6 +10,8 @@ other tool wrote must not make a checkpoint unloadable): such keys are kept as a
 transformers does, with a warning.
 """
 
+import contextlib
+import contextvars
 import dataclasses
 import difflib
 import warnings
@@ -55,10 +57,32 @@ def check_divisible(name: str, value: int, by_name: str, by: int) -> None:
         )
 
 
+# Special-token ids outside [0, vocab_size) are an error in a config built in code. A config read from an
+# existing checkpoint keeps them: transformers accepts them with a warning, and `GPT2Config(vocab_size=32000)`
+# keeps bos/eos=50256. Conversion and loading run inside `special_ids_outside_vocab_allowed()`.
+_OUTSIDE_VOCAB_IDS: contextvars.ContextVar = contextvars.ContextVar("outside_vocab_ids", default=None)
+
+
+@contextlib.contextmanager
+def special_ids_outside_vocab_allowed():
+    """Within the block, `check_token_id` keeps an integer id outside [0, vocab_size) instead of raising,
+    and appends (field name, id) to the list this yields."""
+    found = []
+    token = _OUTSIDE_VOCAB_IDS.set(found)
+    try:
+        yield found
+    finally:
+        _OUTSIDE_VOCAB_IDS.reset(token)
+
+
 def check_token_id(name: str, value: Any, vocab_size: int) -> None:
     if value is None:
         return
     if not isinstance(value, int) or not 0 <= value < vocab_size:
+        allowed = _OUTSIDE_VOCAB_IDS.get()
+        if allowed is not None and isinstance(value, int) and not isinstance(value, bool):
+            allowed.append((name, value))
+            return
         raise ValueError(f"`{name}`={value!r} must be None or an id in [0, vocab_size={vocab_size}).")
 
 
@@ -167,7 +191,8 @@ class XfmrPretrainedConfig(PretrainedConfig):
         config_dict = dict(config_dict)
         extra = {name: config_dict.pop(name) for name in list(config_dict)
                  if not config_keyword_known(cls, name)}
-        result = super().from_dict(config_dict, **kwargs)
+        with special_ids_outside_vocab_allowed():  # a saved config keeps them (see check_token_id)
+            result = super().from_dict(config_dict, **kwargs)
         if extra:
             warnings.warn(
                 f"The saved config has keys that are not fields of {cls.__name__}; they are kept as attributes, "

@@ -4,10 +4,16 @@ Each architecture describes itself once in its `convert_<arch>.py` as a `Convers
 classes match which of ours (by task), and the key renaming rules; its package registers it with
 `register_conversion`. This module holds the machinery that applies such a description in either
 direction, and the public `from_transformers` / `to_transformers` entry points; it imports no architecture.
+
+It also installs the loader behind every hf_xfmr model's `from_pretrained` (`load_hook.ConvertsOnLoad`):
+given a transformers checkpoint of the model's family, a folder or a Hub repo id, `from_pretrained`
+converts it on load (`XfmrBertForSequenceClassification.from_pretrained("google-bert/bert-base-uncased",
+num_labels=2)`); given another family's, it raises instead of returning random weights.
 """
 
 import dataclasses
 import json
+import os
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -17,6 +23,11 @@ from typing import Callable
 import torch
 import transformers
 from transformers import PretrainedConfig, PreTrainedModel
+
+from .config_utils import special_ids_outside_vocab_allowed
+from .hub_loading import check_not_pickles_only, read_config, resolve_checkpoint
+from .load_hook import LOADERS
+from .weights import check_weight_files
 
 # Config fields every PreTrainedConfig carries that describe the task rather than the architecture.
 TASK_CONFIG_FIELDS = ("id2label", "label2id", "problem_type")
@@ -278,60 +289,38 @@ class ConversionWarning(UserWarning):
     """A conversion that works but whose result the user should know about (e.g. freshly initialised weights)."""
 
 
-def _check_weight_files(path: Path) -> None:
-    """Safetensors only; each file must at least have a complete header (catches truncated/empty files)."""
-    from safetensors import SafetensorError, safe_open
-
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(
-            f"{path} has no model.safetensors: hf_xfmr reads safetensors weights only (never pickled "
-            f"pytorch_model.bin files). Save the checkpoint again with `save_pretrained` (safetensors by default)."
-        )
-    for file in files:
-        try:
-            with safe_open(str(file), framework="pt"):
-                pass
-        except (SafetensorError, OSError) as err:
-            size = file.stat().st_size
-            raise ValueError(
-                f"{file} is not a valid safetensors file ({size} bytes; {err}): it is probably truncated or empty, "
-                f"e.g. an interrupted download or copy. Download or save the checkpoint again."
-            ) from err
-
-
-def _check_loading_info(path: Path, model: PreTrainedModel, task: str, info: dict) -> None:
+def _check_loading_info(path: Path, model: PreTrainedModel, task: str, info: dict, *, label: str | None = None,
+                        mismatched_ok: bool = False) -> None:
+    """Raise for weights whose sizes contradict config.json (unless `mismatched_ok`: the caller asked for
+    `ignore_mismatched_sizes`); warn, naming them, about parameters the checkpoint lacks (new heads)."""
     mismatched = sorted(info.get("mismatched_keys") or ())
-    if mismatched:
+    if mismatched and not mismatched_ok:
         shown = "; ".join(f"{key}: {tuple(saved)} in the weights, {tuple(expected)} from config.json"
                           for key, saved, expected in mismatched[:3])
         more = f" (and {len(mismatched) - 3} more)" if len(mismatched) > 3 else ""
         raise ValueError(
             f"The weights in {path} do not match the sizes in its config.json ({len(mismatched)} tensors): "
             f"{shown}{more}. config.json does not describe these weights (compare hidden_size, num_attention_heads, "
-            f"intermediate_size, vocab_size, max_position_embeddings): use the config.json saved with them."
+            f"intermediate_size, vocab_size, max_position_embeddings): use the config.json saved with them. (If a "
+            f"keyword argument changed a size on purpose, e.g. num_labels, pass ignore_mismatched_sizes=True to "
+            f"initialise those tensors afresh.)"
         )
-    missing = sorted(info.get("missing_keys") or ())
+    missing = sorted({*(info.get("missing_keys") or ()), *(entry[0] for entry in mismatched)})
     if missing:
         shown = ", ".join(missing[:6]) + (f" (and {len(missing) - 6} more)" if len(missing) > 6 else "")
         warnings.warn(
-            f"{path} has no weights for {len(missing)} parameter(s) of the {type(model).__name__} built for task "
-            f"{task!r}, which are randomly initialised: {shown}. Outputs computed from them (e.g. a base "
-            f"model's pooler_output, a new head's logits) are random until the model is trained.",
+            f"{path} has no weights for {len(missing)} parameter(s) of the {label or type(model).__name__} built "
+            f"for task {task!r}, which are randomly initialised: {shown} (as transformers initialises them). "
+            f"Outputs computed from them (e.g. a base model's pooler_output, a new head's logits) are random "
+            f"until the model is trained.",
             ConversionWarning,
             stacklevel=3,
         )
 
 
-def load_checkpoint(path, task: str | None = None) -> PreTrainedModel:
-    """Load a local checkpoint folder of either format: hf_xfmr (`xfmr-*` model type) or transformers.
-
-    `task` picks the head; by default the folder's own (its config's `architectures`), else "base".
-    Weights are read from safetensors files only. A truncated or empty weights file, or weights whose
-    shapes do not match config.json, raise a ValueError; parameters the checkpoint lacks (a new head,
-    or the pooler when an MLM checkpoint is loaded as a base model) are randomly initialised, as
-    `from_pretrained` does, and named in a `ConversionWarning`.
-    """
+def _load_folder(path: Path, task: str | None, *, label: str | None = None, **load_kwargs):
+    """(model, loading info) for the local checkpoint folder `path`, in its own format; `load_kwargs`
+    go to the `from_pretrained` of its class (see `load_checkpoint`)."""
     path = Path(path)
     config_file = path / "config.json"
     if not config_file.is_file():
@@ -349,34 +338,89 @@ def load_checkpoint(path, task: str | None = None) -> PreTrainedModel:
     conversion.check_task(task)
     hf_name, our_class = conversion.tasks[task]
     model_class = our_class if ours else getattr(transformers, hf_name)
-    _check_weight_files(path)
+    check_not_pickles_only(path)
+    check_weight_files(path)
+    mismatched_ok = bool(load_kwargs.pop("ignore_mismatched_sizes", False))
     model, info = model_class.from_pretrained(
-        path, use_safetensors=True, ignore_mismatched_sizes=True, output_loading_info=True
+        path, use_safetensors=True, ignore_mismatched_sizes=True, output_loading_info=True, **load_kwargs
     )
-    _check_loading_info(path, model, task, info)
-    return model
+    _check_loading_info(path, model, task, info, label=label, mismatched_ok=mismatched_ok)
+    return model, info
 
 
-def from_transformers(src, *, task: str | None = None) -> PreTrainedModel:
+def load_checkpoint(path, task: str | None = None) -> PreTrainedModel:
+    """Load a local checkpoint folder of either format: hf_xfmr (`xfmr-*` model type) or transformers.
+
+    `task` picks the head; by default the folder's own (its config's `architectures`), else "base".
+    Weights are read from safetensors files only. A truncated or empty weights file, or weights whose
+    shapes do not match config.json, raise a ValueError; parameters the checkpoint lacks (a new head,
+    or the pooler when an MLM checkpoint is loaded as a base model) are randomly initialised, as
+    `from_pretrained` does, and named in a `ConversionWarning`.
+    """
+    return _load_folder(path, task)[0]
+
+
+def checkpoint_config(path) -> PretrainedConfig:
+    """The hf_xfmr config of the local checkpoint folder `path`: its own, or the conversion of a transformers
+    one (what `from_pretrained` converts it to). A ValueError lists the supported types for any other."""
+    config = transformers.AutoConfig.from_pretrained(path)
+    if any(c.config_class.model_type == config.model_type for c in conversions()):
+        return config
+    conversion = _conversion_for(config.model_type, ours=False)
+    with special_ids_outside_vocab_allowed():
+        return conversion.config_from_transformers(config)
+
+
+def from_transformers(src, *, task: str | None = None, revision: str | None = None, token=None,
+                      cache_dir=None, local_files_only: bool = False) -> PreTrainedModel:
     """The hf_xfmr equivalent of a transformers model.
 
     Args:
-        src: a transformers model instance (e.g. `BertForMaskedLM`), or a local directory holding a
-            transformers checkpoint (config.json + safetensors weights).
+        src: a transformers model instance (e.g. `BertForMaskedLM`), a local directory holding a transformers
+            checkpoint (config.json + safetensors weights), or the id of a Hub repo holding one
+            ("google-bert/bert-base-uncased"): only its config, safetensors weights, tokenizer and generation
+            config are downloaded, into the Hugging Face cache, so the next call also works offline.
         task: which head to build ("base", "masked-lm", "sequence-classification", ...). Defaults to the
-            source's own head. For an instance, "base" extracts its encoder; for a directory any head can be
-            asked for and missing head weights are freshly initialised, as `from_pretrained` does.
+            source's own head. For an instance, "base" extracts its encoder; for a directory or repo any head
+            can be asked for and missing head weights are freshly initialised, as `from_pretrained` does.
+        revision: branch, tag or commit of a Hub repo (default: its main branch).
+        token: Hub token for a private or gated repo; by default huggingface_hub's own (`HF_TOKEN`, the
+            `hf auth login` cache); False sends none.
+        cache_dir, local_files_only: as in `from_pretrained` (`HF_HUB_OFFLINE=1` also keeps it offline).
 
-    Returns the hf_xfmr model, with identical weights, dtype, attention implementation and train/eval mode.
+    Returns the hf_xfmr model, with identical weights, dtype, device, attention implementation and
+    train/eval mode. Special-token ids outside the vocabulary (`GPT2Config(vocab_size=32000)` keeps
+    bos/eos=50256) are kept as they are, with a `ConversionWarning` naming them.
     """
-    if isinstance(src, (str, Path)):
-        path = Path(src)
+    if isinstance(src, (str, os.PathLike)):
+        path = resolve_checkpoint(src, revision=revision, token=token, cache_dir=cache_dir,
+                                  local_files_only=local_files_only)
         if not path.is_dir():
-            raise FileNotFoundError(f"{path} is not a directory; pass a transformers model or a checkpoint folder.")
+            raise FileNotFoundError(f"{path} is not a directory; pass a transformers model, a checkpoint folder or "
+                                    f"a Hub repo id ('org/name').")
         src = load_checkpoint(path, task)
     if not isinstance(src, PreTrainedModel):
-        raise TypeError(f"`src` must be a transformers PreTrainedModel or a directory, got {type(src).__name__}.")
+        raise TypeError(f"`src` must be a transformers PreTrainedModel, a directory or a Hub repo id, got "
+                        f"{type(src).__name__}.")
+    return _convert(src, task)
 
+
+def _warn_outside_vocab(model_type: str, vocab_size, found) -> None:
+    named = ", ".join(f"{name}={value}" for name, value in dict.fromkeys(found))
+    warnings.warn(
+        f"The {model_type} config has special-token ids outside its vocabulary [0, vocab_size={vocab_size}): "
+        f"{named}. transformers accepts them (with a warning), and hf_xfmr keeps them as they are, so outputs and "
+        f"`to_transformers` do not change; but no token has these ids, so set them to your tokenizer's ids "
+        f"(e.g. model.config.eos_token_id = tokenizer.eos_token_id) before generating or finetuning with them.",
+        ConversionWarning,
+        stacklevel=4,
+    )
+
+
+def _convert(src: PreTrainedModel, task: str | None, *, attn_implementation: str | None = None,
+             overrides: dict | None = None) -> PreTrainedModel:
+    """`from_transformers` of a model instance; `attn_implementation` replaces the source's, and `overrides`
+    are fields of our config set on top of the converted ones (from `from_pretrained` keywords)."""
     conversion = _conversion_for(src.config.model_type, ours=False)
     src_task = conversion.task_of_class_name(type(src).__name__)
     task = src_task if task is None else task
@@ -389,12 +433,100 @@ def from_transformers(src, *, task: str | None = None) -> PreTrainedModel:
             )
         src = src.base_model
 
-    config = conversion.config_from_model(src)
+    # A config read from a checkpoint may carry special ids outside the vocabulary; ours built in code may not.
+    with special_ids_outside_vocab_allowed() as outside:
+        config = conversion.config_from_model(src)
+        if overrides:
+            config = dataclasses.replace(config, **overrides)
+    if outside:
+        _warn_outside_vocab(src.config.model_type, getattr(config, "vocab_size", None), outside)
     model_class = conversion.tasks[task][1]
-    model = model_class._from_config(config, dtype=src.dtype, **_attn_kwargs(src.config),
-                                     **conversion.init_kwargs(src, task))
+    attn = {"attn_implementation": attn_implementation} if attn_implementation else _attn_kwargs(src.config)
+    model = model_class._from_config(config, dtype=src.dtype, **attn, **conversion.init_kwargs(src, task))
     _load_state(model, conversion.state_dict_from_transformers(src.state_dict(), task))
+    if src.device.type != "meta":
+        model.to(src.device)
     return model.train(src.training)
+
+
+# -- Xfmr*.from_pretrained given a transformers checkpoint --------------------------------------------
+# Keywords saying where the files come from: used to fetch them, then the checkpoint is a local folder.
+_HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfolder")
+# Keywords that do not apply once the files are local and converted.
+_SOURCE_ONLY_KWARGS = ("force_download", "proxies", "trust_remote_code", "_from_auto", "_from_pipeline",
+                       "_commit_hash")
+
+
+def _family_message(cls, src, model_type) -> str:
+    """Why `cls` cannot load the `model_type` checkpoint `src`, and what to use instead."""
+    supported = ", ".join(c.hf_model_type for c in conversions())
+    own = next((c.hf_model_type for c in conversions() if c.config_class.model_type == cls.config_class.model_type),
+               None)
+    if any(c.config_class.model_type == model_type for c in conversions()):
+        return (f"{cls.__name__} cannot load {src}: it holds an hf_xfmr {model_type!r} model, not a "
+                f"{cls.config_class.model_type!r} one. Load it with its own class (the one named in its config.json "
+                f"'architectures', or transformers' AutoModel classes).")
+    what = (f"a {model_type!r} checkpoint" if model_type in transformers.CONFIG_MAPPING else
+            f"model type {model_type!r}, which transformers does not know")
+    return (f"{cls.__name__} cannot load {src}: it is {what}, and {cls.__name__} converts {own!r} checkpoints "
+            f"only. `hf_xfmr.from_transformers(...)` converts a checkpoint of any supported family into the "
+            f"matching hf_xfmr model; supported transformers model types: {supported}.")
+
+
+def _from_pretrained(cls, load, src, *model_args, **kwargs):
+    """The loader behind `Xfmr*.from_pretrained` (installed in `load_hook.LOADERS`).
+
+    `load` is transformers' own `from_pretrained` of `cls`. A checkpoint of ours (or one without a
+    config.json, which `load` then reports) goes to it unchanged; a transformers checkpoint of the same
+    family is converted (`_from_transformers_checkpoint`); any other raises a ValueError naming
+    `hf_xfmr.from_transformers`. transformers itself would load another model type's weights into `cls`,
+    every key unexpected, and return random weights.
+    """
+    if not isinstance(src, (str, os.PathLike)):
+        return load(src, *model_args, **kwargs)
+    hub = {name: kwargs[name] for name in _HUB_KWARGS if kwargs.get(name) is not None}
+    model_type = (read_config(src, **hub) or {}).get("model_type")
+    if model_type is None or model_type == cls.config_class.model_type:
+        return load(src, *model_args, **kwargs)
+    conversion = next((c for c in conversions() if c.hf_model_type == model_type), None)
+    if conversion is None or conversion.config_class.model_type != cls.config_class.model_type:
+        raise ValueError(_family_message(cls, src, model_type))
+    if model_args:
+        raise TypeError(f"{cls.__name__}.from_pretrained: positional model arguments do not apply when converting "
+                        f"a transformers checkpoint ({src}); pass keyword arguments.")
+    folder = resolve_checkpoint(src, **hub)
+    kwargs = {k: v for k, v in kwargs.items() if k not in _HUB_KWARGS + _SOURCE_ONLY_KWARGS}
+    return _from_transformers_checkpoint(cls, conversion, folder, kwargs)
+
+
+def _from_transformers_checkpoint(cls, conversion: Conversion, folder: Path, kwargs: dict):
+    """`cls.from_pretrained(folder, **kwargs)` for the transformers checkpoint `folder`: loaded by the
+    transformers class of `cls`'s task (which initialises a new head as it always does), then converted.
+
+    Keywords transformers' `from_pretrained` knows (`num_labels`, `id2label`, config fields, `dtype`,
+    `device_map`, `ignore_mismatched_sizes`, ...) go to it; fields of our config go to ours as well, and
+    those only ours has (e.g. `unpad_inputs`) to ours only; `attn_implementation` is ours; a `config` of
+    ours is converted to transformers' first.
+    """
+    task = conversion.task_of_class_name(cls.__name__, ours=True)
+    if kwargs.pop("use_safetensors", None) is False:
+        raise ValueError("use_safetensors=False: hf_xfmr loads safetensors weights only, never pickles.")
+    attn_implementation = kwargs.pop("attn_implementation", None)
+    output_loading_info = kwargs.pop("output_loading_info", False)
+    our_fields = {f.name for f in dataclasses.fields(cls.config_class)}
+    their_fields = {f.name for f in dataclasses.fields(conversion.hf_config_class)}
+    overrides = {k: v for k, v in kwargs.items() if k in our_fields and k not in ("dtype", "torch_dtype")}
+    kwargs = {k: v for k, v in kwargs.items() if k not in our_fields or k in their_fields}
+    config = kwargs.get("config")
+    if config is not None and getattr(config, "model_type", None) == cls.config_class.model_type:
+        overrides.update({k: getattr(config, k) for k in our_fields - their_fields if hasattr(config, k)})
+        kwargs["config"] = conversion.config_to_transformers(config)
+    hf_model, info = _load_folder(folder, task, label=cls.__name__, **kwargs)
+    model = _convert(hf_model, task, attn_implementation=attn_implementation, overrides=overrides)
+    return (model, info) if output_loading_info else model
+
+
+LOADERS["from_pretrained"] = _from_pretrained
 
 
 def to_transformers(model: PreTrainedModel) -> PreTrainedModel:

@@ -29,7 +29,10 @@ class PretrainArguments:
     config_overrides: str | None = field(default=None, metadata=_help(
         "comma-separated config fields applied on top of the preset, e.g. 'hidden_size=128,num_hidden_layers=4'"))
     model_path: str | None = field(default=None, metadata=_help(
-        "start from this saved hf_xfmr model folder instead of a fresh preset (continued pretraining)"))
+        "start from this checkpoint instead of a fresh preset (continued pretraining): a folder or a Hub repo id, "
+        "hf_xfmr or transformers format (converted on load); its tokenizer unless --tokenizer is given"))
+    revision: str | None = field(default=None, metadata=_help(
+        "branch, tag or commit of a Hub repo --model_path (token: HF_TOKEN or `hf auth login`)"))
     attn_implementation: str | None = field(default=None, metadata=_help("attention backend: eager or sdpa"))
     gradient_checkpointing: bool = field(default=False, metadata=_help("recompute activations in the backward pass"))
 

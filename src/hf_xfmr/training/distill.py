@@ -328,7 +328,8 @@ class DistillArguments:
     """Everything a distillation run needs; defaults follow the DistilBERT recipe where it states one.
 
     Args:
-        teacher: a checkpoint folder (hf_xfmr or transformers format, loaded as an MLM) or an MLM model.
+        teacher: a checkpoint folder or Hub repo id (hf_xfmr or transformers format, loaded as an MLM) or an MLM
+            model; revision: the branch, tag or commit of a Hub repo teacher.
         output_dir: where the student, its tokenizer and `distill_log.json` are written (None: not saved).
         tokenizer: a tokenizer or a folder; default the teacher's folder.
         student: None (the recipe's student: DistilBERT for a BERT teacher, the teacher's architecture
@@ -347,6 +348,7 @@ class DistillArguments:
     """
 
     teacher: Any
+    revision: str | None = None
     output_dir: str | None = None
     tokenizer: Any = None
     student: Any = None
@@ -414,10 +416,12 @@ class DistillResult:
     agreement_after: float | None = None
 
 
-def _load_teacher(source):
+def _load_teacher(source, revision=None):
     if isinstance(source, nn.Module):
         return _as_ours(source), None
-    path = Path(source)
+    from ..models.hub_loading import resolve_checkpoint
+
+    path = resolve_checkpoint(source, revision=revision)  # a Hub repo id: its cached snapshot
     if not path.is_dir():
         raise FileNotFoundError(f"Teacher {source!r} is not a checkpoint folder (config.json + weights).")
     from ..models.conversion import load_checkpoint
@@ -498,7 +502,7 @@ def distill(args: DistillArguments) -> DistillResult:
             raise FileExistsError(f"--output_dir {out} exists and is not empty; pass --overwrite_output_dir "
                                   "(Python: overwrite_output_dir=True) to write into it, or choose another folder.")
     torch.manual_seed(args.seed)
-    teacher, teacher_path = _load_teacher(args.teacher)
+    teacher, teacher_path = _load_teacher(args.teacher, args.revision)
     tokenizer = args.tokenizer
     if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
         folder = tokenizer or teacher_path

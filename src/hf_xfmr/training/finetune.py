@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ..models.hub_loading import CheckpointSourceError, resolve_checkpoint
 from ..models.weights import check_weight_files
 from .finetune_tasks import (
     CLASSIFICATION,
@@ -84,7 +85,10 @@ class FinetuneArguments:
 
     # -- model -------------------------------------------------------------------------------------
     model_name_or_path: str | None = _help(
-        "checkpoint folder to start from: hf_xfmr or transformers format (config.json + safetensors)", default=None)
+        "checkpoint to start from, a folder or a Hub repo id: hf_xfmr or transformers format (config.json + "
+        "safetensors); its tokenizer by default", default=None)
+    revision: str | None = _help("branch, tag or commit of a Hub repo --model_name_or_path (token: HF_TOKEN or "
+                                 "`hf auth login`)", default=None)
     arch: str | None = _help("architecture for a from-scratch model (instead of --model_name_or_path), e.g. bert",
                              default=None)
     preset: str = _help("size preset of --arch (tiny, base, large)", default="tiny")
@@ -1111,9 +1115,16 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
     import transformers
 
     hub = _check_hub() if args.push_to_hub else None
-    if args.model_name_or_path is not None and not (Path(args.model_name_or_path) / "config.json").is_file():
-        raise FinetuneError(f"--model_name_or_path {args.model_name_or_path} is not a checkpoint folder (no "
-                            "config.json there).")
+    requested = args  # what finetune_args.json records (a Hub repo id stays an id)
+    if args.model_name_or_path is not None:
+        try:  # a Hub repo id: its snapshot in the Hugging Face cache, downloaded if needed
+            folder = resolve_checkpoint(args.model_name_or_path, revision=args.revision)
+        except CheckpointSourceError as err:
+            raise FinetuneError(f"--model_name_or_path {args.model_name_or_path}: {err}") from None
+        if not (folder / "config.json").is_file():
+            raise FinetuneError(f"--model_name_or_path {args.model_name_or_path} is not a checkpoint folder (no "
+                                "config.json there).")
+        args = dataclasses.replace(args, model_name_or_path=str(folder))
     if args.arch is not None:
         _scratch_architecture(args)  # fail on an unknown architecture or head before loading any data
     out = _prepare_output(args)
@@ -1207,7 +1218,7 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
 
     metrics_file = out / "metrics.json"
     metrics_file.write_text(json.dumps(metrics, indent=2) + "\n")
-    saved_args = {k: v for k, v in dataclasses.asdict(args).items()}
+    saved_args = {k: v for k, v in dataclasses.asdict(requested).items()}
     (out / "finetune_args.json").write_text(json.dumps(saved_args, indent=2) + "\n")
     return FinetuneResult(
         metrics=metrics, output_dir=out, model_dir=model_dir, adapter_dir=adapter_dir, merged_dir=merged_dir,

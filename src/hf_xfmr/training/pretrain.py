@@ -23,6 +23,7 @@ Extension points: `PretrainCallback` (observe steps, evaluations, checkpoints) a
 (`hf_xfmr.training.objectives`), including its state hooks for objectives such as XLNet's memory.
 """
 
+import dataclasses
 import gc
 import json
 import math
@@ -62,6 +63,7 @@ from .objectives import (
 from .optim import build_optimizer, lr_multiplier, micro_batches_before, micro_batches_per_step, parameter_groups
 
 TOKENIZER_DIR = "tokenizer"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")  # a checkpoint folder that has its tokenizer
 RUN_CONFIG = "run_config.json"
 
 
@@ -338,10 +340,10 @@ def _tokenizer_kind(arch_name: str) -> str:
 
 def build_config(arch, model_class, tokenizer, objective: Objective, args: PretrainArguments):
     """The model config: `--model_path`'s, or the preset with token ids, objective defaults and overrides."""
-    from transformers import AutoConfig
-
     if args.model_path:
-        config = AutoConfig.from_pretrained(args.model_path)
+        from ..models.conversion import checkpoint_config
+
+        config = checkpoint_config(args.model_path)  # a transformers checkpoint's is converted, as its weights are
         if config.model_type != arch.model_type:
             raise ValueError(f"--model_path {args.model_path} holds a {config.model_type!r} model, not {arch.name!r} "
                              f"({arch.model_type!r}); pass the matching --arch.")
@@ -546,6 +548,11 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
     if args.streaming and not args.eval_dataset and args.eval_fraction and is_main:
         print("note: a streamed corpus has no held-out split; pass --eval_dataset to evaluate.")
 
+    if args.model_path:  # a Hub repo id: its snapshot in the Hugging Face cache, downloaded if needed
+        from ..models.hub_loading import resolve_checkpoint
+
+        args = dataclasses.replace(args, model_path=str(resolve_checkpoint(args.model_path, revision=args.revision)))
+
     # 2. Documents, tokenizer, examples.
     documents = _load_documents(args.dataset, args, args.streaming)
     tokenizer_dir = output_dir / TOKENIZER_DIR
@@ -556,6 +563,8 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
             raise ckpt.CheckpointError(f"{tokenizer_dir} is missing: the tokenizer the checkpoint was trained with is "
                                        "needed to resume. Pass it with --tokenizer PATH.")
         tokenizer = _load_tokenizer(tokenizer_dir)
+    elif args.model_path and any((Path(args.model_path) / name).is_file() for name in TOKENIZER_FILES):
+        tokenizer = _load_tokenizer(args.model_path)  # the starting checkpoint's own
     else:
         tokenizer = None  # trained below, once the data checks have passed
     set_seed(args.seed)

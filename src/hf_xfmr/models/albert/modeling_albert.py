@@ -56,6 +56,7 @@ from ..heads import (
     masked_lm_logits_and_loss,
 )
 from ..input_checks import check_encoder_inputs, check_labels_shape
+from ..load_hook import ConvertsOnLoad
 from ..losses import token_loss
 from .configuration_albert import XfmrAlbertConfig
 
@@ -152,7 +153,7 @@ class XfmrAlbertPooler(nn.Module):
         return torch.tanh(self.dense(hidden_states[:, 0]))  # (B, C)
 
 
-class XfmrAlbertPreTrainedModel(PreTrainedModel):
+class XfmrAlbertPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
     config_class = XfmrAlbertConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"

@@ -55,6 +55,7 @@ from ..generation import (
 )
 from ..heads import QuestionAnsweringHead, SequenceClassificationHead
 from ..input_checks import check_attention_mask, check_encoder_inputs, check_id_dtype
+from ..load_hook import ConvertsOnLoad
 from ..seq2seq import (DecoderInputsFromInputs, EncoderEntry, EosClassifier, Seq2SeqAttention, Seq2SeqLMHead,
                        shift_tokens_right)
 from .configuration_bart import XfmrBartConfig
@@ -219,7 +220,7 @@ class XfmrBartStack(nn.Module):
         return hidden_states, all_hidden, all_self, all_cross
 
 
-class XfmrBartPreTrainedModel(PreTrainedModel):
+class XfmrBartPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
     config_class = XfmrBartConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"

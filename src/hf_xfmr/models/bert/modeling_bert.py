@@ -45,6 +45,7 @@ from ..heads import (
     masked_lm_logits_and_loss,
 )
 from ..input_checks import check_encoder_inputs, check_labels_shape
+from ..load_hook import ConvertsOnLoad
 from ..losses import token_loss
 from .configuration_bert import XfmrBertConfig
 
@@ -138,7 +139,7 @@ class XfmrBertPooler(nn.Module):
         return torch.tanh(self.dense(hidden_states[:, 0]))  # (B, C)
 
 
-class XfmrBertPreTrainedModel(PreTrainedModel):
+class XfmrBertPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
     config_class = XfmrBertConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"

@@ -46,6 +46,7 @@ from ..heads import (
     TokenClassificationHead,
 )
 from ..input_checks import check_encoder_inputs
+from ..load_hook import ConvertsOnLoad
 from .configuration_distilbert import XfmrDistilBertConfig
 
 LAYER_NORM_EPS = 1e-12  # fixed in DistilBERT (not a config field)
@@ -130,7 +131,7 @@ class XfmrDistilBertLayer(GradientCheckpointingLayer):
         return hidden_states, weights
 
 
-class XfmrDistilBertPreTrainedModel(PreTrainedModel):
+class XfmrDistilBertPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
     config_class = XfmrDistilBertConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"

@@ -54,6 +54,7 @@ from ..heads import (
     TokenClassificationHead,
 )
 from ..input_checks import check_encoder_inputs
+from ..load_hook import ConvertsOnLoad
 from .configuration_gpt import XfmrGPTConfig
 
 
@@ -143,7 +144,7 @@ class XfmrGPTLayer(GradientCheckpointingLayer):
         return hidden_states, weights
 
 
-class XfmrGPTPreTrainedModel(PreTrainedModel):
+class XfmrGPTPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
     config_class = XfmrGPTConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"

@@ -55,6 +55,7 @@ from ..heads import (
     pool_mean,
 )
 from ..input_checks import check_encoder_inputs, check_labels_shape
+from ..load_hook import ConvertsOnLoad
 from ..losses import IGNORE_INDEX, mean_over_items
 from .configuration_modernbert import XfmrModernBertConfig
 
@@ -145,7 +146,7 @@ class XfmrModernBertLayer(GradientCheckpointingLayer):
         return hidden_states, weights
 
 
-class XfmrModernBertPreTrainedModel(PreTrainedModel):
+class XfmrModernBertPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
     config_class = XfmrModernBertConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"

@@ -41,6 +41,7 @@ from ...layers.relative_bias import relative_position_bias
 from ..generation import cached_length, prepare_cache
 from ..heads import QuestionAnsweringHead, SequenceClassificationHead, TokenClassificationHead
 from ..input_checks import check_attention_mask, check_encoder_inputs, check_tensor
+from ..load_hook import ConvertsOnLoad
 from ..seq2seq import DecoderInputsFromInputs, EncoderEntry, EosClassifier, Seq2SeqAttention, Seq2SeqLMHead
 from .configuration_t5 import XfmrT5Config
 
@@ -233,7 +234,7 @@ class XfmrT5Stack(nn.Module):
         return hidden_states, all_hidden, all_self, all_cross
 
 
-class XfmrT5PreTrainedModel(PreTrainedModel):
+class XfmrT5PreTrainedModel(ConvertsOnLoad, PreTrainedModel):
     config_class = XfmrT5Config
     base_model_prefix = "model"
     main_input_name = "input_ids"

@@ -72,6 +72,7 @@ from ..heads import (
     TaskHead,
 )
 from ..input_checks import check_encoder_inputs, check_value_range
+from ..load_hook import ConvertsOnLoad
 from .configuration_xlnet import XfmrXLNetConfig
 
 
@@ -199,7 +200,7 @@ class XfmrXLNetLayer(GradientCheckpointingLayer):
         return new_h, new_g, w_h, w_g
 
 
-class XfmrXLNetPreTrainedModel(PreTrainedModel):
+class XfmrXLNetPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
     config_class = XfmrXLNetConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"
