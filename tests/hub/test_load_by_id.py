@@ -281,7 +281,8 @@ def test_pickled_weights_were_never_downloaded(online):
 
 def test_offline_without_a_cached_copy(offline):
     message = _error(offline, "not_cached_offline")
-    assert "is not in the local Hugging Face cache" in message and "HF_HUB_OFFLINE=1 forbids downloading" in message
+    assert "'alice/never-downloaded' is not a local folder; as a Hub repo it is not in the local Hugging Face cache" \
+        in message and "HF_HUB_OFFLINE=1 forbids downloading" in message
     message = _error(offline, "not_cached_network_down")
     assert "could not be reached" in message and "HF_ENDPOINT" in message
 

@@ -106,8 +106,10 @@ def _hub_errors(repo_id: str, revision: str | None, local_files_only: bool):
             reason = (f"the Hub at {constants.ENDPOINT} could not be reached ({type(cause).__name__}: {cause}). "
                       f"Check the network connection and HF_ENDPOINT; once downloaded, it also loads offline "
                       f"(HF_HUB_OFFLINE=1)")
+        as_repo = "as a Hub repo" + (f" (revision {revision!r})" if revision else "")
         raise CheckpointSourceError(
-            f"{where} is not in the local Hugging Face cache ({cache}) and {reason}."
+            f"'{repo_id}' is not a local folder; {as_repo} it is not in the local Hugging Face cache ({cache}), "
+            f"and {reason}."
         ) from err
     except HfHubHTTPError as err:
         status = getattr(getattr(err, "response", None), "status_code", None)
