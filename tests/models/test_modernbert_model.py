@@ -74,7 +74,7 @@ def batch(lengths, seq_len=None, seed=0, vocab=1000):
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 def test_unpadded_equals_padded_in_outputs_and_gradients(attn):
     torch.manual_seed(0)
-    config = tiny(attention_dropout=0.0)
+    config = tiny(attention_dropout=0.0, chunked_lm_loss=False)  # logits in training too
     model = XfmrModernBertForMaskedLM(config).train()
     model.config._attn_implementation = attn
     ids, mask = batch([45, 17, 3, 64], seq_len=64)
@@ -222,7 +222,7 @@ def test_every_head_is_registered_with_its_auto_class(auto_class, suffix):
 
 def test_sparse_prediction_in_training_only():
     torch.manual_seed(0)
-    model = XfmrModernBertForMaskedLM(tiny(sparse_prediction=True)).train()
+    model = XfmrModernBertForMaskedLM(tiny(sparse_prediction=True, chunked_lm_loss=False)).train()
     ids, mask = batch([20, 9])
     labels = torch.full_like(ids, -100)
     labels[0, 3], labels[1, 5] = ids[0, 3], ids[1, 5]

@@ -1,8 +1,10 @@
 """ModernBERT against transformers, through the production converter.
 
-Every head, eager and sdpa, padded batches with odd lengths longer than the local window: outputs at
-real positions, loss and the gradient of every parameter after one backward pass, at fp32 atol 1e-5.
-Padding positions are zeros on our side (the reference computes values there that nothing reads).
+Every head, eager and sdpa, padded batches with odd lengths longer than the local window, unpadded (the
+default) and on the padded path (`unpad_inputs=False`): outputs at real positions, loss and the gradient
+of every parameter after one backward pass, at fp32 atol 1e-5. Padding positions are zeros on our side
+(the reference computes values there that nothing reads). The MLM head is in its default configuration
+(`chunked_lm_loss`: no logits in training) and, for the logits, with `chunked_lm_loss=False`.
 """
 
 import pytest
@@ -13,7 +15,7 @@ from torch.testing import assert_close
 import hf_xfmr
 from hf_xfmr.models.conversion import convert_state_dict
 
-from ._parity import grads_of
+from ._parity import grads_of, real_positions, reference_qa_loss
 
 ATOL, RTOL = 1e-5, 1e-5
 VOCAB = 99
@@ -78,25 +80,13 @@ def build_pair(task, attn, **overrides):
     return ref, ours
 
 
-def real_positions(inputs):
-    mask = inputs["attention_mask"]
-    return mask.reshape(-1, mask.shape[-1]).bool()  # (B or B*K, T)
-
-
-def reference_qa_loss(ref_out, inputs):
-    """The reference's span loss with padding positions excluded, as our QA head does."""
-    from hf_xfmr.models.losses import span_loss
-
-    pad = ~inputs["attention_mask"].bool()
-    start = ref_out.start_logits.masked_fill(pad, torch.finfo(torch.float32).min)
-    end = ref_out.end_logits.masked_fill(pad, torch.finfo(torch.float32).min)
-    return span_loss(start, end, inputs["start_positions"], inputs["end_positions"])
-
-
+@pytest.mark.parametrize("unpad", [True, False], ids=["unpadded", "padded"])
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("task", list(HEADS))
-def test_parity_outputs_loss_and_gradients(task, attn):
+def test_parity_outputs_loss_and_gradients(task, attn, unpad):
     ref, ours = build_pair(task, attn)
+    assert ours.config.unpad_inputs and ours.config.chunked_lm_loss  # the defaults
+    ours.config.unpad_inputs = unpad
     ref.train(), ours.train()  # dropout is 0: deterministic, with gradients
     inputs = make_inputs(task)
     ref_out = ref(**inputs, output_hidden_states=True)
@@ -121,8 +111,13 @@ def test_parity_outputs_loss_and_gradients(task, attn):
     else:
         if task == "token-classification":
             assert_close(our_out.logits[keep], ref_out.logits[keep], atol=ATOL, rtol=RTOL)
-        elif task == "masked-lm":  # dense logits (sparse_prediction off): compare the real positions
-            assert_close(our_out.logits[keep], ref_out.logits[keep], atol=ATOL, rtol=RTOL)
+        elif task == "masked-lm":  # chunked loss: no logits in training; dense ones without it, at real positions
+            assert our_out.logits is None
+            ours.config.chunked_lm_loss = False
+            with torch.no_grad():
+                dense = ours(**inputs)
+            assert_close(dense.logits[keep], ref_out.logits[keep], atol=ATOL, rtol=RTOL)
+            assert_close(dense.loss, ref_out.loss, atol=ATOL, rtol=RTOL)
         else:
             assert_close(our_out.logits, ref_out.logits, atol=ATOL, rtol=RTOL)
         assert torch.isfinite(ref_out.loss)
@@ -156,6 +151,7 @@ def test_long_and_odd_sequences_without_padding(seq_len, window, every):
     """Sequences far longer than the window (many blocks), odd lengths, and a window wider than the input."""
     ref, ours = build_pair("masked-lm", "sdpa", local_attention=window,
                            layer_types=["full_attention" if i % every == 0 else "sliding_attention" for i in range(3)])
+    ours.config.chunked_lm_loss = False  # logits in training too
     ref.train(), ours.train()
     g = torch.Generator().manual_seed(seq_len)
     ids = torch.randint(3, VOCAB, (2, seq_len), generator=g)
@@ -172,6 +168,7 @@ def test_long_and_odd_sequences_without_padding(seq_len, window, every):
 
 def test_sparse_prediction_gives_the_reference_sparse_loss_and_logits():
     ref, ours = build_pair("masked-lm", "sdpa", sparse_prediction=True)
+    ours.config.chunked_lm_loss = False  # the labelled positions' logits in training
     ref.train(), ours.train()
     inputs = make_inputs("masked-lm")
     a, b = ref(**inputs), ours(**inputs)
@@ -234,7 +231,7 @@ def test_unsupported_reference_configs_raise_clear_errors():
 
 def test_chunked_lm_loss_gives_the_reference_loss_and_gradients_without_logits():
     ref, ours = build_pair("masked-lm", "sdpa", sparse_prediction=True)
-    ours.config.chunked_lm_loss = True
+    assert ours.config.chunked_lm_loss  # on by default: a converted model gets the benchmarked configuration
     ref.train(), ours.train()
     inputs = make_inputs("masked-lm")
     a, b = ref(**inputs), ours(**inputs)

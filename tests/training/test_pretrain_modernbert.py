@@ -17,6 +17,7 @@ def test_modernbert_pretrains_with_30_percent_masking_and_saves_a_loadable_model
     assert [r["step"] for r in train] == [1, 2, 3, 4] and set(train[0]) == TRAIN_KEYS
     assert all(r["loss"] > 0 for r in train)
     assert result.model.config.model_type == "xfmr-modernbert" and result.model.config.sparse_prediction
+    assert result.model.config.chunked_lm_loss and result.model.config.unpad_inputs  # the benchmarked defaults
     loaded = AutoModelForMaskedLM.from_pretrained(result.model_dir).eval()
     ids = torch.tensor([[1, 10, 11, 12, 2]])
     result.model.eval()

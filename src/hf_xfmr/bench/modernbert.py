@@ -40,7 +40,8 @@ def _modernbert_case(name, *, hidden=SIZES["hidden"], layers=SIZES["layers"], he
                      min_len=SIZES["min_len"], window=128, mask_prob=0.3, dtype="fp32", device="cpu",
                      seed=0) -> BenchCase:
     """Reference `ModernBertForMaskedLM` (sdpa, sparse_prediction=True) with random weights; ours converted
-    from it, with sparse prediction and `chunked_lm_loss`. Both in training mode, forward + backward + AdamW."""
+    from it in its default configuration (sparse prediction carried over, `chunked_lm_loss` on by default). Both in
+    training mode, forward + backward + AdamW."""
     import transformers
 
     config = transformers.ModernBertConfig(
@@ -55,7 +56,7 @@ def _modernbert_case(name, *, hidden=SIZES["hidden"], layers=SIZES["layers"], he
         ref = transformers.ModernBertForMaskedLM._from_config(config, attn_implementation="sdpa")
         ours = hf_xfmr.from_transformers(ref, task="masked-lm")
         assert ours.config.sparse_prediction
-        ours.config.chunked_lm_loss = True  # the labelled positions' loss without their (N, V) logits
+        assert ours.config.chunked_lm_loss  # the default: the labelled positions' loss without their (N, V) logits
         return ours, ref
 
     lengths = "no padding" if min_len is None else f"lengths uniform in [{min_len}, {seq}] padded"

@@ -57,6 +57,10 @@ class VarlenBatch(NamedTuple):
     max_seqlen: the longest document (flash-attn needs it on the host).
     bounds: `cu_seqlens` as a Python list (the CPU kernels loop over documents with it).
     shape: (B, T) of the padded batch, for `unpad` and `pad`.
+    dense_index, dense_mask: where attention runs as one masked call over the documents padded to the
+        longest (on GPUs, where one launch per document costs more than the padding; see
+        `attention.self_attention`): (N,) positions of the real tokens in that (D * max_seqlen) grid and
+        its (D, 1, 1, max_seqlen) bool key mask. None: attention runs document by document.
     """
 
     indices: torch.Tensor | None
@@ -64,6 +68,8 @@ class VarlenBatch(NamedTuple):
     max_seqlen: int
     bounds: list
     shape: tuple = ()
+    dense_index: torch.Tensor | None = None
+    dense_mask: torch.Tensor | None = None
 
     def unpad(self, x):
         """(B, T, ...) or (1, T, ...) (the same for every row) -> (N, ...): the real tokens, row by row."""
@@ -98,8 +104,9 @@ def varlen_batch(attention_mask, batch, seq_len, cu_seqlens=None, device=None):
     return _varlen(keep, row_lengths, batch, seq_len, cu_seqlens, device)
 
 
-def _varlen(keep, row_lengths, batch, seq_len, cu_seqlens, device):
-    """`varlen_batch` once the rows' numbers of real tokens are on the host."""
+def _varlen(keep, row_lengths, batch, seq_len, cu_seqlens, device, dense=False):
+    """`varlen_batch` once the rows' numbers of real tokens are on the host; `dense` adds the layout of one
+    masked attention call over the documents padded to the longest."""
     if all(length == seq_len for length in row_lengths):
         indices = None  # no padding: unpadding is a reshape
     else:
@@ -136,22 +143,31 @@ def _varlen(keep, row_lengths, batch, seq_len, cu_seqlens, device):
             )
     cu = torch.tensor(bounds, dtype=torch.int32, device=device)
     max_seqlen = max(b - a for a, b in zip(bounds[:-1], bounds[1:]))
-    return VarlenBatch(indices, cu, max_seqlen, bounds, (batch, seq_len))
+    dense_index = dense_mask = None
+    if dense:
+        starts = cu[:-1].long()  # (D,)
+        lengths = cu[1:].long() - starts  # (D,)
+        doc = torch.repeat_interleave(torch.arange(len(bounds) - 1, device=device), lengths, output_size=total)  # (N,)
+        dense_index = doc * max_seqlen + torch.arange(total, device=device) - starts[doc]  # (N,)
+        dense_mask = (torch.arange(max_seqlen, device=device) < lengths[:, None])[:, None, None, :]  # (D, 1, 1, L)
+    return VarlenBatch(indices, cu, max_seqlen, bounds, (batch, seq_len), dense_index, dense_mask)
 
 
-def encoder_padding(attention_mask, unpad: bool):
+def encoder_padding(attention_mask, unpad: bool, dense: bool | None = None):
     """How a bidirectional encoder runs a (B, T) batch: `(varlen, mask)`, at most one of them set.
 
     - no mask, or no padding: `(None, None)`, the padded layout without a mask (the fastest kernels, no
       gathers);
     - `unpad` and every row starting with a real token (right padding, as every BERT-family tokenizer
-      pads): `(VarlenBatch, None)`, every layer then runs on the N real tokens only;
+      pads): `(VarlenBatch, None)`, every layer then runs on the N real tokens only (off the CPU, with the
+      layout for one masked attention call per layer: `VarlenBatch.dense_index`);
     - otherwise `(None, mask)` with the (B, 1, 1, T) bool mask (True = attend): the padded layout, as the
       reference runs it. That is the case when `unpad` is off (the user's switch, or attention weights
       asked for), under torch.compile (the number of real tokens would size tensors, and reading the mask
       would break the graph) and when some row starts with padding: whatever reads position 0 ([CLS]
       pooling) then sees the reference's values, not the zeros unpadding leaves at padding positions.
     Both layouts call the same modules in the same order; only the tensors' layout differs.
+    `dense` (default: off the CPU) prepares one masked attention call per layer instead of one per sequence.
     Reads the mask to the host once (not when compiling).
     """
     if attention_mask is None:
@@ -168,4 +184,6 @@ def encoder_padding(attention_mask, unpad: bool):
         return None, None
     if not unpad or not all(first_real):
         return None, padding_mask(attention_mask)
-    return _varlen(keep, row_lengths, batch, seq_len, None, attention_mask.device), None
+    device = attention_mask.device
+    dense = device.type != "cpu" if dense is None else dense
+    return _varlen(keep, row_lengths, batch, seq_len, None, device, dense=dense), None

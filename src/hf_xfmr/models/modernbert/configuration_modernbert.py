@@ -56,6 +56,10 @@ class XfmrModernBertConfig(XfmrPretrainedConfig):
         chunked_lm_loss: in training mode with labels, compute the MLM loss of the labelled positions chunk
             by chunk from the hidden states (`layers.cross_entropy.linear_cross_entropy`) without forming
             their (N_labelled, V) logits (`logits` is then None). Same loss and gradients, much less memory.
+            On by default (the configuration the benchmarks measure); False returns logits in training too.
+        unpad_inputs: run padded batches on their real tokens only (attention per document). Outputs at
+            real positions are unchanged and outputs at padding positions are zeros either way; False runs
+            the padded layout with dense masks, as the reference does.
         tie_word_embeddings: share the input embedding matrix with the MLM decoder.
     """
 
@@ -93,7 +97,8 @@ class XfmrModernBertConfig(XfmrPretrainedConfig):
     classifier_bias: bool = False
     classifier_activation: str = "gelu"
     sparse_prediction: bool = False
-    chunked_lm_loss: bool = False
+    chunked_lm_loss: bool = True
+    unpad_inputs: bool = True
     tie_word_embeddings: bool = True
 
     def __post_init__(self, **kwargs):

@@ -15,7 +15,7 @@ Deliberate deviations from the reference:
   values there from pad tokens attending to the sequence, which nothing should read. Question answering
   masks the start/end logits of padding positions to the dtype's minimum, so its loss and predictions
   only ever consider real tokens (the reference's softmax also covers the pad positions).
-- with `output_attentions=True` (or `model.use_unpadding = False`) the padded path runs instead: dense
+- with `output_attentions=True` (or `config.unpad_inputs = False`) the padded path runs instead: dense
   (B, 1, T, T) masks through the eager/sdpa kernel, as in the reference.
 - projections use hf_xfmr's shared names: `q_proj`, `k_proj`, `v_proj` (the converter splits transformers'
   fused `Wqkv`), `o_proj`, `up_proj`, `down_proj`.
@@ -172,14 +172,21 @@ class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
     `position_ids` its positions restart at 0.
     """
 
-    use_unpadding = True  # set False on an instance to run the padded path (dense masks), e.g. to compare
-
     def __init__(self, config):
         super().__init__(config)
         self.embeddings = XfmrModernBertEmbeddings(config)
         self.layers = nn.ModuleList(XfmrModernBertLayer(config, i) for i in range(config.num_hidden_layers))
         self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
         self.post_init()
+
+    @property
+    def use_unpadding(self) -> bool:
+        """`config.unpad_inputs` under its former name (setting it sets the config field)."""
+        return self.config.unpad_inputs
+
+    @use_unpadding.setter
+    def use_unpadding(self, value: bool):
+        self.config.unpad_inputs = bool(value)
 
     def get_input_embeddings(self):
         return self.embeddings.word_embeddings
@@ -226,7 +233,7 @@ class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
         else:
             position_ids = position_ids.expand(batch, seq_len)
 
-        if output_attentions or not self.use_unpadding:
+        if output_attentions or not self.config.unpad_inputs:
             hidden, all_hidden, all_attentions = self._forward_padded(
                 input_ids, inputs_embeds, position_ids, attention_mask, varlen, cu_seqlens is not None,
                 output_attentions, output_hidden_states)
