@@ -120,3 +120,59 @@ def test_no_mask_token_is_needed(xlnet_tok, texts):
     expected = DataCollatorForPLM(xlnet_tok, seq_len=64, compact=True, seed=0)(examples)
     for key in expected:
         assert torch.equal(batch[key], expected[key]), key
+
+
+def _blocks(tok, texts, length, count):
+    """Rows of `length` tokens cut from documents each followed by <sep> <cls> (run_plm's layout: the
+    special tokens fall anywhere in a row)."""
+    stream = []
+    for text in texts:
+        stream += tok(text, add_special_tokens=False)["input_ids"] + [tok.sep_token_id, tok.cls_token_id]
+    return [{"input_ids": stream[i * length:(i + 1) * length]} for i in range(count)]
+
+
+def test_random_budget_rounding_keeps_the_expected_rate(xlnet_tok, texts):
+    """64 real tokens: "floor" always gives int(64 / 6) = 10 targets; "random" 10 or 11, 64 / 6 = 10.67 on
+    average (what transformers' collator averages), in an output 11 wide; the masks stay leak-free."""
+    floor = DataCollatorForPLM(xlnet_tok, seq_len=64, return_is_masked=True, seed=0)
+    rounded = DataCollatorForPLM(xlnet_tok, seq_len=64, budget_rounding="random", return_is_masked=True, seed=0)
+    counts = []
+    for draw in range(40):
+        examples = make_examples(xlnet_tok, texts, [64] * 8, seed=draw)
+        f, r = floor(examples), rounded(examples)
+        assert f["labels"].shape == (8, 10) and r["labels"].shape == (8, 11)
+        assert (f["labels"] != -100).sum(1).tolist() == [10] * 8
+        counts += (r["labels"] != -100).sum(1).tolist()
+        assert torch.equal(r["is_masked"].sum(1), (r["labels"] != -100).sum(1))
+        for b in range(8):  # no position sees a target's token, except later targets in the order
+            t = r["is_masked"][b]
+            assert r["perm_mask"][b][~t][:, t].all() and r["perm_mask"][b][t][:, t].diagonal().all()
+    assert set(counts) == {10, 11}
+    assert abs(sum(counts) / len(counts) - 64 / 6) < 0.1
+
+
+def test_budget_rounding_is_checked(xlnet_tok):
+    with pytest.raises(ValueError, match=r"budget_rounding must be one of \('floor', 'random'\), got 'up'"):
+        DataCollatorForPLM(xlnet_tok, budget_rounding="up")
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_without_token_type_ids_rows_are_one_segment(xlnet_tok, texts, compact):
+    """return_token_type_ids=False: the same batch without `token_type_ids`, on rows whose <sep> <cls> fall
+    anywhere; XLNet's loss is then the same as with all-zero segment ids (the segment term is constant
+    along each attention row), and as transformers' XLNet without segment ids."""
+    rows = _blocks(xlnet_tok, [t[:200] for t in texts], 64, 4)
+    assert any(xlnet_tok.cls_token_id in r["input_ids"][:-1] for r in rows)
+    with_types = DataCollatorForPLM(xlnet_tok, seq_len=64, compact=compact, seed=3)(rows)
+    batch = DataCollatorForPLM(xlnet_tok, seq_len=64, compact=compact, return_token_type_ids=False, seed=3)(rows)
+    assert "token_type_ids" not in batch and set(with_types) == set(batch) | {"token_type_ids"}
+    for key in batch:
+        assert torch.equal(batch[key], with_types[key]), key
+    ref, ours = _lm_pair(len(xlnet_tok))
+    ours.eval(), ref.eval()
+    with torch.no_grad():
+        loss = ours(**batch).loss
+        zeros = ours(**batch, token_type_ids=torch.zeros_like(batch["input_ids"])).loss
+        assert_close(zeros, loss, atol=1e-5, rtol=1e-5)
+        if not compact:
+            assert_close(ref(**batch).loss, loss, atol=1e-5, rtol=1e-5)

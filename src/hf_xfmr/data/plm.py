@@ -10,8 +10,9 @@ Follows the official pretraining pipeline (`data_utils.py`: `_sample_mask`, `_lo
   (the span that overshoots is cut, later ones dropped); a row that falls short is topped up with
   single random positions, so every row has exactly its budget: real_len * mask_beta / mask_alpha
   (at least 1, at most `num_predict`), from the row's own non-pad length (85 for a full row of
-  512; a row of 300 real tokens padded to 512 gets 50, not 85). Special and pad tokens are never
-  targets.
+  512; a row of 300 real tokens padded to 512 gets 50, not 85); `budget_rounding="random"` rounds
+  it up with probability equal to its fraction, so rows average exactly 1/6 (10.67 of 64, not 10).
+  Special and pad tokens are never targets.
 - Factorization order: a random permutation inside consecutive chunks of `perm_size` positions
   (chunks, and the reuse/non-reuse blocks, stay in order). In `perm_mask[b, i, j]` (1/True = i
   may not attend to j) non-targets see every non-target and no target; a target sees every
@@ -49,6 +50,7 @@ collator's generator (so `seed`, `generator` and `torch.manual_seed` reproduce b
 target rows are overwritten, instead of comparing all L x L pairs.
 """
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,6 +68,7 @@ from ._common import (
 from .mlm import _word_ids_tensor, ngram_probs, word_starts
 
 _PERM_MASK_DTYPES = (torch.bool, torch.float32, torch.float64, torch.float16, torch.bfloat16)
+BUDGET_ROUNDINGS = ("floor", "random")
 
 
 def vocab_word_start_table(tokenizer) -> torch.Tensor:
@@ -129,12 +132,21 @@ class DataCollatorForPLM(SeededMixin):
     Args:
         tokenizer: XLNet-style tokenizer with pad, sep and cls tokens (`train_tokenizer("unigram")`).
         seq_len: pad every batch to this length (XLNet: 512); None pads to the longest row.
-        num_predict: targets per row (XLNet: 85 for 512); default length * mask_beta / mask_alpha.
+        num_predict: targets per row (XLNet: 85 for 512); default length * mask_beta / mask_alpha
+            (rounded up with budget_rounding="random").
         max_span: longest span, in words (XLNet: 5).
         mask_alpha, mask_beta: about mask_beta of every mask_alpha tokens are predicted (6, 1).
         perm_size: permute inside chunks of this many positions (default: the whole block).
         reuse_len: length of the leading block that is cached as memory (XLNet: 256 of 512).
         bi_data: second half of the batch reversed (needs an even batch size).
+        budget_rounding: how a row's budget real_len * mask_beta / mask_alpha becomes a whole number of
+            targets: "floor" (the official code's int(); 10 for a row of 64) or "random" (rounded up with
+            probability equal to the fraction, so the expected number of targets is exactly the rate:
+            10.67 for 64, as transformers' collator averages).
+        return_token_type_ids: False leaves `token_type_ids` out of the batch: the whole row is one segment
+            (XLNet's relative segment term is then the same for every key and drops out of the softmax;
+            transformers' `run_plm.py` batches have no segment ids either). Rows then need not follow the
+            `[A, SEP, B, SEP, CLS]` layout.
         perm_mask_dtype: `torch.bool` (default) or a float dtype such as `torch.float32`.
             XLNet's outputs are bit-identical with either; bool takes 4x less memory (2 MB instead
             of 8 MB per 8 x 512 batch) and is 4x cheaper to build, pin and move to the GPU.
@@ -173,6 +185,8 @@ class DataCollatorForPLM(SeededMixin):
     perm_size: int | None = None
     reuse_len: int | None = None
     bi_data: bool = False
+    budget_rounding: str = "floor"
+    return_token_type_ids: bool = True
     pad_to_multiple_of: int | None = None
     perm_mask_dtype: torch.dtype = torch.bool
     compact: bool = False
@@ -191,6 +205,8 @@ class DataCollatorForPLM(SeededMixin):
             )
         if self.num_predict is not None and self.num_predict < 1:
             raise ValueError(f"num_predict must be >= 1, got {self.num_predict}.")
+        if self.budget_rounding not in BUDGET_ROUNDINGS:
+            raise ValueError(f"budget_rounding must be one of {BUDGET_ROUNDINGS}, got {self.budget_rounding!r}.")
         if self.perm_mask_dtype not in _PERM_MASK_DTYPES:
             raise ValueError(
                 f"perm_mask_dtype must be torch.bool (default, 4x smaller) or a float dtype such as "
@@ -248,6 +264,11 @@ class DataCollatorForPLM(SeededMixin):
                 chunk = pos // self.perm_size
             self._chunk_cache[L] = chunk.astype(np.float64)
         return self._chunk_cache[L]
+
+    def _budget(self, real_len: int) -> int:
+        """The most targets a row of `real_len` tokens can get: its rate, rounded down ("floor") or up ("random")."""
+        rate = real_len * self.mask_beta / self.mask_alpha
+        return math.ceil(rate) if self.budget_rounding == "random" else int(rate)
 
     # ------------------------------------------------------------------ sampling
     def _num_windows(self, max_words: int) -> int:
@@ -347,7 +368,7 @@ class DataCollatorForPLM(SeededMixin):
             self._check_blocks(L)
         if self.bi_data and B % 2:
             raise ValueError(f"bi_data=True needs an even batch size (forward + backward halves), got {B}.")
-        num_predict = self.num_predict or max(1, int(L * self.mask_beta / self.mask_alpha))
+        num_predict = self.num_predict or max(1, self._budget(L))
         if num_predict > L:
             raise ValueError(
                 f"num_predict={num_predict} is larger than possible: the batch is only {L} tokens long. "
@@ -370,7 +391,9 @@ class DataCollatorForPLM(SeededMixin):
                 "(only special or pad tokens): the sequence is too short. Filter out empty texts or "
                 "concatenate documents into longer sequences."
             )
-        if "token_type_ids" in cols:
+        if not self.return_token_type_ids:
+            token_type_ids = None
+        elif "token_type_ids" in cols:
             token_type_ids, _ = pad_ragged_numpy(cols["token_type_ids"], 0, length=L, left=self.left_pad)
         else:
             token_type_ids = _token_types(ids, real, self.sep_token_id, self.cls_token_id, full)
@@ -383,10 +406,24 @@ class DataCollatorForPLM(SeededMixin):
             starts[:, 0] = True
             starts &= cand
 
+        # Every random number of the batch in one draw: spans, top-up scores, factorization keys (and the
+        # budgets' rounding, last, so "floor" draws exactly what it always drew).
+        nblk = 2 if self.reuse_len else 1
+        K = self._num_windows(max(self.reuse_len, L - self.reuse_len) if self.reuse_len else L)
+        n_span, n_top = B * nblk * K * 2, B * L
+        n_round = B if self.budget_rounding == "random" else 0
+        u = torch.rand(n_span + n_top + B * num_predict + n_round, generator=g).numpy()
+        u_span = u[:n_span].reshape(B * nblk, K, 2)
+        u_top = u[n_span:n_span + n_top].reshape(B, L)
+        u_rank = u[n_span + n_top:n_span + n_top + B * num_predict].reshape(B, num_predict)
+
         # Each row's own budget: about real_len * mask_beta / mask_alpha targets (at least 1), capped by
         # num_predict (the output width); a padded row no longer gets the full-length budget.
         real_len = real.sum(1)  # (B,)
-        row_goal = np.clip((real_len * (self.mask_beta / self.mask_alpha)).astype(np.int64), 1, num_predict)
+        rate = real_len * (self.mask_beta / self.mask_alpha)
+        if n_round:
+            rate = rate + u[-n_round:]  # floor(x + U[0, 1)) is x rounded up with probability frac(x)
+        row_goal = np.clip(rate.astype(np.int64), 1, num_predict)
         if self.reuse_len:
             R = self.reuse_len
             real0 = real[:, :R].sum(1)
@@ -394,14 +431,6 @@ class DataCollatorForPLM(SeededMixin):
             bounds, goals = [(0, R), (R, L)], np.stack([goal0, row_goal - goal0], 1)
         else:
             bounds, goals = [(0, L)], row_goal[:, None]
-        # Every random number of the batch in one draw: spans, top-up scores, factorization keys.
-        nblk = len(bounds)
-        K = self._num_windows(max(hi - lo for lo, hi in bounds))
-        n_span, n_top = B * nblk * K * 2, B * L
-        u = torch.rand(n_span + n_top + B * num_predict, generator=g).numpy()
-        u_span = u[:n_span].reshape(B * nblk, K, 2)
-        u_top = u[n_span:n_span + n_top].reshape(B, L)
-        u_rank = u[n_span + n_top:].reshape(B, num_predict)
         is_masked = self._sample_targets(starts, cand, goals, bounds, u_span, u_top)  # (B, L)
 
         if self.bi_data:  # backward half: reverse every segment's text (targets move with their tokens)
@@ -410,7 +439,8 @@ class DataCollatorForPLM(SeededMixin):
             src = _reverse_segments(torch.from_numpy(text), rows).numpy()
             ids = np.take_along_axis(ids, src, 1)
             is_masked = np.take_along_axis(is_masked, src, 1)
-            token_type_ids = np.take_along_axis(token_type_ids, src, 1)
+            if token_type_ids is not None:
+                token_type_ids = np.take_along_axis(token_type_ids, src, 1)
 
         # Targets in position order: tpos (B, num_predict), `valid` marks the used slots.
         counts = is_masked.sum(1)
@@ -432,12 +462,10 @@ class DataCollatorForPLM(SeededMixin):
         labels = np.take_along_axis(ids, tpos, 1)
         if valid is not None:
             labels[~valid] = IGNORE_INDEX
-        batch = {
-            "input_ids": torch.from_numpy(ids),
-            "labels": torch.from_numpy(labels),
-            "token_type_ids": torch.from_numpy(np.ascontiguousarray(token_type_ids, dtype=np.int64)),
-            "attention_mask": torch.from_numpy(real.astype(np.int64)),
-        }
+        batch = {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels)}
+        if token_type_ids is not None:
+            batch["token_type_ids"] = torch.from_numpy(np.ascontiguousarray(token_type_ids, dtype=np.int64))
+        batch["attention_mask"] = torch.from_numpy(real.astype(np.int64))
         if self.return_is_masked:
             batch["is_masked"] = torch.from_numpy(is_masked)
         if self.compact:  # O(B * L): the model builds the masks it needs from these
