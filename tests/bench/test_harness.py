@@ -99,7 +99,12 @@ def test_markdown_and_json(tmp_path):
         assert f" {column} " in header
     row = table.splitlines()[2]
     assert row.startswith("| toy-mlp | train | bf16 autocast |")
-    assert f"| {result.speed_ratio:.2f}x |" in row and row.endswith("| 50 | 100 | 2.00x |")
+    assert f"| {result.speed_ratio:.2f}x |" in row and row.endswith("| 50 | 100 | 2.00x | — |")
+    result.memory = {"ours": {"peak_mb": 50.0, "process_peak_mb": 300.0},
+                     "ref": {"peak_mb": 100.0, "process_peak_mb": 600.0}}
+    assert result.process_memory_ratio == 0.5
+    assert to_markdown([result]).splitlines()[2].endswith("| 50 | 100 | 2.00x | 300 / 600 (0.50x) |")
+    result.memory = {"ours": {"peak_mb": 50.0}, "ref": {"peak_mb": 100.0}}
     assert "ref / ours" in table  # the legend says which way the ratios go
 
     payload = to_json([result], tmp_path / "out" / "models.json", suite="quick")
@@ -133,6 +138,10 @@ def test_peak_memory_in_separate_processes(process):
         assert result.side == side and result.peak_mb > 0 and result.baseline_mb > 0
         if os.path.exists("/proc/self/clear_refs"):
             assert result.method == "rss-hwm (clear_refs)"
+            # the process peak holds the step's peak plus the shared 1024 x 1024 weight (4 MiB) and AdamW's
+            # two states of it (8 MiB), which the step's growth does not count
+            assert result.process_peak_mb > result.peak_mb + 8
+            assert result.import_mb > 0
     assert results["ours"].peak_mb > results["ref"].peak_mb
 
 

@@ -324,9 +324,18 @@ class CaseResult:
         ours, ref = self.memory["ours"]["peak_mb"], self.memory["ref"]["peak_mb"]
         return ref / ours if ours > 0 else None  # below the RSS page granularity: undefined
 
+    @property
+    def process_memory_ratio(self) -> float | None:
+        """ours / ref peak process memory above the import-only baseline (< 1: ours uses less)."""
+        if not self.memory:
+            return None
+        ours, ref = (self.memory[side].get("process_peak_mb") for side in SIDES)
+        return ours / ref if ours is not None and ref else None
+
     def as_dict(self) -> dict[str, Any]:
         row = asdict(self)
         row["memory_ratio"] = self.memory_ratio
+        row["process_memory_ratio"] = self.process_memory_ratio
         return row
 
 
@@ -393,13 +402,22 @@ def _progress(iterable, *, enabled: bool, **kwargs):
 
 @dataclass
 class MemoryResult:
-    """Peak memory growth of one step of one side, in MiB, and how it was measured."""
+    """Peak memory of one side, in MiB, and how it was measured.
+
+    `peak_mb` is the growth during ONE steady-state step over the memory held right before it (activations,
+    gradients, temporaries). `process_peak_mb` is the whole process's peak over its training, from the
+    model built to the end of the measured step, above the memory the process held with hf_xfmr imported and
+    no model built (`import_mb`): weights, optimizer state and the step's peak together, what a user sees
+    in `top`. It is measured on CPU with the RSS high-water mark (None elsewhere).
+    """
 
     side: str
     peak_mb: float
     baseline_mb: float
     method: str
     pid: int = field(default_factory=os.getpid)  # the process that measured
+    process_peak_mb: float | None = None
+    import_mb: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -430,11 +448,19 @@ def _maxrss_kb() -> int:
     return rss // 1024 if sys.platform == "darwin" else rss  # bytes on macOS, KiB on Linux
 
 
-def measure_memory_here(case: BenchCase, side: str, *, warmup: int = 1, seed: int = 0) -> MemoryResult:
-    """Measure `side` of `case` in THIS process (call it in a fresh process: see `peak_memory`)."""
+def measure_memory_here(case: BenchCase, side: str, *, warmup: int = 1, seed: int = 0,
+                        import_kb: int | None = None) -> MemoryResult:
+    """Measure `side` of `case` in THIS process (call it in a fresh process: see `peak_memory`).
+
+    `import_kb`: the process's RSS before any model was built (default: read now); the process peak
+    is measured above it."""
     if side not in SIDES:
         raise ValueError(f"side must be one of {SIDES}, got {side!r}")
+    import_kb = import_kb if import_kb is not None else _proc_status_kb("VmRSS")
     runner = _build_runners(case, seed, sides=(side,))[side]
+    # Building one side may build both (ours is converted from the reference): the other side is freed
+    # by now, so the process peak starts here, with this side's weights alone in memory.
+    process_hwm = case.device == "cpu" and import_kb is not None and _reset_hwm()
     for _ in range(max(warmup, 1)):  # the first step allocates optimizer state and lazy caches
         runner.step()
     gc.collect()
@@ -445,11 +471,14 @@ def measure_memory_here(case: BenchCase, side: str, *, warmup: int = 1, seed: in
         runner.step()
         peak = torch.cuda.max_memory_allocated()
         return MemoryResult(side, (peak - before) / 2**20, before / 2**20, "cuda.max_memory_allocated")
+    process_kb = _proc_status_kb("VmHWM") if process_hwm else None  # the warm-up steps' peak
     if _reset_hwm():
         before_kb = _proc_status_kb("VmRSS")
         runner.step()
         peak_kb = _proc_status_kb("VmHWM")
-        return MemoryResult(side, (peak_kb - before_kb) / 1024, before_kb / 1024, "rss-hwm (clear_refs)")
+        process_mb = None if process_kb is None else (max(process_kb, peak_kb) - import_kb) / 1024
+        return MemoryResult(side, (peak_kb - before_kb) / 1024, before_kb / 1024, "rss-hwm (clear_refs)",
+                            process_peak_mb=process_mb, import_mb=None if import_kb is None else import_kb / 1024)
     before_kb = _proc_status_kb("VmRSS") or _maxrss_kb()
     runner.step()
     return MemoryResult(side, max(_maxrss_kb() - before_kb, 0) / 1024, before_kb / 1024, "ru_maxrss (lower bound)")
@@ -476,8 +505,9 @@ def _memory_child(conn, factory: str, kwargs: dict, module: str | None, side: st
         if module:
             importlib.import_module(module)
         torch.set_num_threads(threads)
+        import_kb = _proc_status_kb("VmRSS")  # hf_xfmr imported, no model built
         case = make_case(factory, **kwargs)
-        conn.send(("ok", measure_memory_here(case, side, warmup=warmup, seed=seed).as_dict()))
+        conn.send(("ok", measure_memory_here(case, side, warmup=warmup, seed=seed, import_kb=import_kb).as_dict()))
     except BaseException:  # report anything (even SystemExit) to the parent instead of dying silently
         import traceback
 
@@ -641,25 +671,32 @@ def _fmt_mb(value: float | None) -> str:
 def to_markdown(rows: list[CaseResult | dict[str, Any]]) -> str:
     """A markdown table of results, with a legend line under it."""
     header = (
-        "| case | mode | dtype | ours ms | ref ms | speed ratio | ours peak MB | ref peak MB | memory ratio |\n"
-        "|---|---|---|---:|---:|---:|---:|---:|---:|"
+        "| case | mode | dtype | ours ms | ref ms | speed ratio | ours peak MB | ref peak MB | memory ratio "
+        "| process MB ours / ref |\n"
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
     )
     lines = [header]
     for row in map(_as_row, rows):
         mem = row.get("memory") or {}
         ours_mb = mem.get("ours", {}).get("peak_mb")
         ref_mb = mem.get("ref", {}).get("peak_mb")
+        process = [mem.get(side, {}).get("process_peak_mb") for side in SIDES]
+        process_text = "—" if None in process else (
+            f"{_fmt_mb(process[0])} / {_fmt_mb(process[1])} ({_fmt(row.get('process_memory_ratio'), '.2f', 'x')})")
         lines.append(
             f"| {row['case']} | {row['mode']} | {row['dtype']} "
             f"| {_fmt(row['ours']['median_ms'], '.1f')} | {_fmt(row['ref']['median_ms'], '.1f')} "
             f"| {_fmt(row['speed_ratio'], '.2f', 'x')} "
-            f"| {_fmt_mb(ours_mb)} | {_fmt_mb(ref_mb)} | {_fmt(row.get('memory_ratio'), '.2f', 'x')} |"
+            f"| {_fmt_mb(ours_mb)} | {_fmt_mb(ref_mb)} | {_fmt(row.get('memory_ratio'), '.2f', 'x')} "
+            f"| {process_text} |"
         )
     legend = (
         "\nms: median step time (train = forward + backward + AdamW step). "
         "speed ratio = ref / ours median (> 1: ours faster). "
         "peak MB: memory growth during one step, each side in its own process. "
-        "memory ratio = ref / ours peak (> 1: ours uses less)."
+        "memory ratio = ref / ours peak (> 1: ours uses less). "
+        "process MB: the process's peak RSS above its import-only baseline over warm-up and the measured step "
+        "(weights, optimizer state and activations), ours / ref in brackets (< 1: ours uses less)."
     )
     return "\n".join(lines) + "\n" + legend + "\n"
 
@@ -728,9 +765,10 @@ def _child_main(argv: list[str] | None = None) -> int:
     _limit_malloc_caching()
     for module in args.imports:
         importlib.import_module(module)
+    import_kb = _proc_status_kb("VmRSS")  # hf_xfmr imported, no model built
     case = make_case(args.memory, **json.loads(args.kwargs))
     with _num_threads(args.threads):
-        result = measure_memory_here(case, args.side, warmup=args.warmup, seed=args.seed)
+        result = measure_memory_here(case, args.side, warmup=args.warmup, seed=args.seed, import_kb=import_kb)
     print(json.dumps(result.as_dict()), flush=True)
     return 0
 
