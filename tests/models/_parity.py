@@ -79,24 +79,32 @@ def masked_base_loss(output, keep):
     return loss if pooled is None else loss + pooled.sum()
 
 
-def assert_outputs_match(ours, ref, keep, *, unpadded, atol, rtol, skip=()):
+def assert_outputs_match(ours, ref, keep, *, unpadded, atol, rtol, skip=(), unpadded_keys=None):
     """Every tensor of the reference's output `ref` against `ours`, entry by entry (`skip`: names left out).
 
     unpadded=False: everywhere. unpadded=True: tensors laid out per position (their first two dimensions
     are `keep`'s (B, T)) at real positions only, and at padding positions ours must hold what the README
     says: zeros in the hidden states (which also proves the unpadded path ran) and the dtype's minimum in
     masked start/end logits; the rest (pooled outputs, per-sequence logits) everywhere.
+    `unpadded_keys` (a predicate on names): only those tensors are compared at real positions, the rest
+    everywhere (an encoder-decoder unpads its encoder, not its decoder).
     """
     ref_named, our_named = outputs_of(ref), outputs_of(ours)
-    assert set(ref_named) == set(our_named)
+    assert set(ref_named) - set(skip) == set(our_named) - set(skip)
     for key in sorted(set(ref_named) - set(skip)):
         a, b = our_named[key], ref_named[key]
         per_position = a.dim() >= 2 and tuple(a.shape[:2]) == tuple(keep.shape)
-        if unpadded and per_position:
+        if unpadded and per_position and (unpadded_keys is None or unpadded_keys(key)):
             assert_close(a[keep], b[keep], atol=atol, rtol=rtol, msg=lambda m: f"{key} (real positions): {m}")
-            if key == "last_hidden_state" or key.startswith("hidden_states."):
+            if key in ("last_hidden_state", "encoder_last_hidden_state") or \
+                    key.startswith(("hidden_states.", "encoder_hidden_states.")):
                 assert not a[~keep].any(), f"{key}: padding positions must be zeros after unpadding"
             if key in ("start_logits", "end_logits"):
                 assert (a[~keep] == torch.finfo(a.dtype).min).all(), f"{key}: padding must be masked"
         else:
             assert_close(a, b, atol=atol, rtol=rtol, msg=lambda m: f"{key}: {m}")
+
+
+def is_encoder_output(key):
+    """The outputs of an encoder-decoder that its encoder computes (the ones unpadding changes)."""
+    return key == "encoder_last_hidden_state" or key.startswith(("encoder_hidden_states.", "encoder_attentions."))

@@ -1,7 +1,9 @@
 """BART parity with transformers through the production converter: BartModel, BartForConditionalGeneration
 (with a non-zero final_logits_bias), BartForSequenceClassification, BartForQuestionAnswering and
 BartForCausalLM, sdpa and eager, padded encoder and decoder batches; outputs, losses and one-step gradients
-to 1e-5 (fp32); the round trip back to transformers."""
+to 1e-5 (fp32); the round trip back to transformers. Each runs with the encoder unpadded (the default:
+encoder outputs at real positions, zeros at padding, decoder outputs everywhere) and with
+`unpad_inputs=False` (every position)."""
 
 import pytest
 import torch
@@ -12,9 +14,19 @@ from hf_xfmr.models.conversion import convert_state_dict
 from hf_xfmr.models.seq2seq import shift_tokens_right
 
 from ._bart import EOS, PAD, pair, padded_batch, padded_labels
+from ._parity import assert_outputs_match, is_encoder_output
 from ._seq2seq import assert_same_seq2seq_head_output
 
 TOL = dict(atol=1e-5, rtol=1e-5)
+UNPAD = pytest.mark.parametrize("unpad", [True, False], ids=["unpadded", "padded"])
+
+
+def unpadded_pair(unpad, *args, **kwargs):
+    """`pair(...)` with our model's `unpad_inputs` set (on by default)."""
+    ref, ours = pair(*args, **kwargs)
+    assert ours.config.unpad_inputs
+    ours.config.unpad_inputs = unpad
+    return ref, ours
 
 
 def _grads(model):
@@ -30,18 +42,17 @@ def assert_same_grads(ref, ours, task):
         assert_close(converted[name], grad, **TOL, msg=lambda m: f"{name}: {m}")
 
 
+@UNPAD
 @pytest.mark.parametrize("scale_embedding", [False, True])
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
-def test_conditional_generation_outputs_loss_and_grads(attn, scale_embedding):
-    ref, ours = pair("BartForConditionalGeneration", attn, scale_embedding=scale_embedding)
+def test_conditional_generation_outputs_loss_and_grads(attn, scale_embedding, unpad):
+    ref, ours = unpadded_pair(unpad, "BartForConditionalGeneration", attn, scale_embedding=scale_embedding)
     ids, mask = padded_batch()
     labels, decoder_mask = padded_labels()
     inputs = dict(input_ids=ids, attention_mask=mask, labels=labels, decoder_attention_mask=decoder_mask)
-    expected = ref(**inputs)
-    got = ours(**inputs)
-    assert_close(got.logits, expected.logits, **TOL)
-    assert_close(got.loss, expected.loss, **TOL)
-    assert_close(got.encoder_last_hidden_state, expected.encoder_last_hidden_state, **TOL)
+    expected = ref(**inputs, output_hidden_states=True)
+    got = ours(**inputs, output_hidden_states=True)
+    assert_outputs_match(got, expected, mask.bool(), unpadded=unpad, unpadded_keys=is_encoder_output, **TOL)
 
     # Training step: our loss comes from the chunked cross-entropy (no logits), gradients must agree.
     ref.train(), ours.train()
@@ -53,18 +64,18 @@ def test_conditional_generation_outputs_loss_and_grads(attn, scale_embedding):
     assert_same_grads(ref, ours, "seq2seq-lm")
 
 
+@UNPAD
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
-def test_base_model(attn):
-    ref, ours = pair("BartModel", attn)
+def test_base_model(attn, unpad):
+    ref, ours = unpadded_pair(unpad, "BartModel", attn)
     ids, mask = padded_batch()
     labels, decoder_mask = padded_labels()
     decoder_ids = shift_tokens_right(labels, PAD, EOS)
     inputs = dict(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids,
                   decoder_attention_mask=decoder_mask)
-    expected = ref(**inputs)
-    got = ours(**inputs)
-    assert_close(got.last_hidden_state, expected.last_hidden_state, **TOL)
-    assert_close(got.encoder_last_hidden_state, expected.encoder_last_hidden_state, **TOL)
+    expected = ref(**inputs, output_hidden_states=True)
+    got = ours(**inputs, output_hidden_states=True)
+    assert_outputs_match(got, expected, mask.bool(), unpadded=unpad, unpadded_keys=is_encoder_output, **TOL)
     # without decoder inputs both read input_ids shifted right
     assert_close(ours(input_ids=ids, attention_mask=mask).last_hidden_state,
                  ref(input_ids=ids, attention_mask=mask).last_hidden_state, **TOL)
@@ -75,24 +86,23 @@ def test_base_model(attn):
     assert_same_grads(ref, ours, "base")
 
 
+@UNPAD
 @pytest.mark.parametrize("hf_class,task,labels", [
     ("BartForSequenceClassification", "sequence-classification", "class"),
     ("BartForQuestionAnswering", "question-answering", "span"),
 ])
-def test_heads(hf_class, task, labels):
-    ref, ours = pair(hf_class, num_labels=3 if labels != "span" else 2, classifier_dropout=0.0)
+def test_heads(hf_class, task, labels, unpad):
+    ref, ours = unpadded_pair(unpad, hf_class, num_labels=3 if labels != "span" else 2, classifier_dropout=0.0)
     ids, mask = padded_batch()
     inputs = dict(input_ids=ids, attention_mask=mask)
     if labels == "class":
         inputs["labels"] = torch.tensor([0, 2, 1])
     else:
         inputs.update(start_positions=torch.tensor([1, 3, 0]), end_positions=torch.tensor([4, 5, 2]))
-    expected = ref(**inputs)
-    got = ours(**inputs)
-    names = ("start_logits", "end_logits") if labels == "span" else ("logits",)
-    for name in names:
-        assert_close(getattr(got, name), getattr(expected, name), **TOL)
-    assert_close(got.loss, expected.loss, **TOL)
+    expected = ref(**inputs, output_hidden_states=True)
+    got = ours(**inputs, output_hidden_states=True)
+    # Both heads read the decoder: equal at every position (QA: the reference's logits and loss, padding not masked).
+    assert_outputs_match(got, expected, mask.bool(), unpadded=unpad, unpadded_keys=is_encoder_output, **TOL)
     ref.train(), ours.train()
     ref(**inputs).loss.backward()
     ours(**inputs).loss.backward()

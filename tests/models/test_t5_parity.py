@@ -1,6 +1,8 @@
 """T5 parity with transformers through the production converter: T5Model, T5ForConditionalGeneration,
 T5EncoderModel and the heads, v1.0 (ReLU, tied and scaled head) and v1.1 (gated GELU, untied head), sdpa
-and eager, padded encoder and decoder batches; outputs, losses and one-step gradients to 1e-5 (fp32)."""
+and eager, padded encoder and decoder batches; outputs, losses and one-step gradients to 1e-5 (fp32).
+Each runs with the encoder unpadded (the default: encoder outputs at real positions, zeros at padding,
+decoder outputs everywhere) and with `unpad_inputs=False` (every position)."""
 
 import pytest
 import torch
@@ -10,10 +12,20 @@ import hf_xfmr
 from hf_xfmr.models.conversion import convert_state_dict
 from hf_xfmr.models.seq2seq import shift_tokens_right
 
+from ._parity import assert_outputs_match, is_encoder_output
 from ._seq2seq import assert_same_seq2seq_head_output
 from ._t5 import PAD, VARIANTS, pair, padded_batch, padded_labels
 
 TOL = dict(atol=1e-5, rtol=1e-5)
+UNPAD = pytest.mark.parametrize("unpad", [True, False], ids=["unpadded", "padded"])
+
+
+def unpadded_pair(unpad, *args, **kwargs):
+    """`pair(...)` with our model's `unpad_inputs` set (on by default)."""
+    ref, ours = pair(*args, **kwargs)
+    assert ours.config.unpad_inputs
+    ours.config.unpad_inputs = unpad
+    return ref, ours
 
 
 def _grads(model):
@@ -29,18 +41,17 @@ def assert_same_grads(ref, ours, task):
         assert_close(converted[name], grad, **TOL, msg=lambda m: f"{name}: {m}")
 
 
+@UNPAD
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_conditional_generation_outputs_loss_and_grads(variant, attn):
-    ref, ours = pair("T5ForConditionalGeneration", variant, attn)
+def test_conditional_generation_outputs_loss_and_grads(variant, attn, unpad):
+    ref, ours = unpadded_pair(unpad, "T5ForConditionalGeneration", variant, attn)
     ids, mask = padded_batch()
     labels, decoder_mask = padded_labels()
     inputs = dict(input_ids=ids, attention_mask=mask, labels=labels, decoder_attention_mask=decoder_mask)
-    expected = ref(**inputs, use_cache=False)
-    got = ours(**inputs)
-    assert_close(got.logits, expected.logits, **TOL)
-    assert_close(got.loss, expected.loss, **TOL)
-    assert_close(got.encoder_last_hidden_state, expected.encoder_last_hidden_state, **TOL)
+    expected = ref(**inputs, use_cache=False, output_hidden_states=True)
+    got = ours(**inputs, output_hidden_states=True)
+    assert_outputs_match(got, expected, mask.bool(), unpadded=unpad, unpadded_keys=is_encoder_output, **TOL)
 
     # Training step: our loss comes from the chunked cross-entropy (no logits), gradients must agree.
     ref.train(), ours.train()
@@ -52,44 +63,47 @@ def test_conditional_generation_outputs_loss_and_grads(variant, attn):
     assert_same_grads(ref, ours, "seq2seq-lm")
 
 
+@UNPAD
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_base_model_and_encoder_model(variant):
-    ref, ours = pair("T5Model", variant)
+def test_base_model_and_encoder_model(variant, unpad):
+    ref, ours = unpadded_pair(unpad, "T5Model", variant)
     ids, mask = padded_batch()
+    keep = mask.bool()
     labels, decoder_mask = padded_labels()
     decoder_ids = shift_tokens_right(labels, PAD, PAD)
-    expected = ref(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids,
-                   decoder_attention_mask=decoder_mask, use_cache=False)
-    got = ours(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids, decoder_attention_mask=decoder_mask)
-    assert_close(got.last_hidden_state, expected.last_hidden_state, **TOL)
-    assert_close(got.encoder_last_hidden_state, expected.encoder_last_hidden_state, **TOL)
+    inputs = dict(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids,
+                  decoder_attention_mask=decoder_mask, output_hidden_states=True)
+    expected = ref(**inputs, use_cache=False)
+    got = ours(**inputs)
+    assert_outputs_match(got, expected, keep, unpadded=unpad, unpadded_keys=is_encoder_output, **TOL)
     ref.train(), ours.train()
     weights = torch.randn_like(expected.last_hidden_state)
-    (ref(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids, decoder_attention_mask=decoder_mask,
-         use_cache=False).last_hidden_state * weights).mean().backward()
-    (ours(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids,
-          decoder_attention_mask=decoder_mask).last_hidden_state * weights).mean().backward()
+    (ref(**inputs, use_cache=False).last_hidden_state * weights).mean().backward()
+    (ours(**inputs).last_hidden_state * weights).mean().backward()
     assert_same_grads(ref, ours, "base")
 
-    ref, ours = pair("T5EncoderModel", variant)
+    ref, ours = unpadded_pair(unpad, "T5EncoderModel", variant)
     assert type(ours).__name__ == "XfmrT5EncoderModel"
-    expected = ref(input_ids=ids, attention_mask=mask).last_hidden_state
-    assert_close(ours(input_ids=ids, attention_mask=mask).last_hidden_state, expected, **TOL)
+    expected = ref(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+    assert_outputs_match(ours(input_ids=ids, attention_mask=mask, output_hidden_states=True), expected, keep,
+                         unpadded=unpad, **TOL)
     ref.train(), ours.train()
-    weights = torch.randn_like(expected)
+    weights = torch.randn_like(expected.last_hidden_state) * keep[..., None]  # real positions: what unpadding keeps
     (ref(input_ids=ids, attention_mask=mask).last_hidden_state * weights).mean().backward()
     (ours(input_ids=ids, attention_mask=mask).last_hidden_state * weights).mean().backward()
     assert_same_grads(ref, ours, "encoder")
 
 
+@UNPAD
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("hf_class,task,labels", [
     ("T5ForSequenceClassification", "sequence-classification", "class"),
     ("T5ForTokenClassification", "token-classification", "tokens"),
     ("T5ForQuestionAnswering", "question-answering", "span"),
 ])
-def test_heads(variant, hf_class, task, labels):
-    ref, ours = pair(hf_class, variant, num_labels=3 if labels != "span" else 2, classifier_dropout=0.0)
+def test_heads(variant, hf_class, task, labels, unpad):
+    ref, ours = unpadded_pair(unpad, hf_class, variant, num_labels=3 if labels != "span" else 2,
+                              classifier_dropout=0.0)
     ids, mask = padded_batch()
     inputs = dict(input_ids=ids, attention_mask=mask)
     if labels == "class":
@@ -99,12 +113,12 @@ def test_heads(variant, hf_class, task, labels):
     else:
         inputs.update(start_positions=torch.tensor([1, 3, 0]), end_positions=torch.tensor([4, 5, 2]))
     hf_kwargs = {} if labels == "tokens" else {"use_cache": False}
-    expected = ref(**inputs, **hf_kwargs)
-    got = ours(**inputs)
-    names = ("start_logits", "end_logits") if labels == "span" else ("logits",)
-    for name in names:
-        assert_close(getattr(got, name), getattr(expected, name), **TOL)
-    assert_close(got.loss, expected.loss, **TOL)
+    expected = ref(**inputs, **hf_kwargs, output_hidden_states=True)
+    got = ours(**inputs, output_hidden_states=True)
+    # The token classifier reads the (unpadded) encoder; the others the decoder, equal at every position
+    # (QA: the reference's logits and loss, padding not masked).
+    unpadded_keys = None if labels == "tokens" else is_encoder_output
+    assert_outputs_match(got, expected, mask.bool(), unpadded=unpad, unpadded_keys=unpadded_keys, **TOL)
     ref.train(), ours.train()
     ref(**inputs, **hf_kwargs).loss.backward()
     ours(**inputs).loss.backward()

@@ -153,7 +153,7 @@ def _varlen(keep, row_lengths, batch, seq_len, cu_seqlens, device, dense=False):
     return VarlenBatch(indices, cu, max_seqlen, bounds, (batch, seq_len), dense_index, dense_mask)
 
 
-def encoder_padding(attention_mask, unpad: bool, dense: bool | None = None):
+def encoder_padding(attention_mask, unpad: bool, dense: bool | None = None, prefix_only: bool = False):
     """How a bidirectional encoder runs a (B, T) batch: `(varlen, mask)`, at most one of them set.
 
     - no mask, or no padding: `(None, None)`, the padded layout without a mask (the fastest kernels, no
@@ -168,6 +168,8 @@ def encoder_padding(attention_mask, unpad: bool, dense: bool | None = None):
       pooling) then sees the reference's values, not the zeros unpadding leaves at padding positions.
     Both layouts call the same modules in the same order; only the tensors' layout differs.
     `dense` (default: off the CPU) prepares one masked attention call per layer instead of one per sequence.
+    `prefix_only` (attention that depends on the distance between positions, T5's relative bias): unpad only
+    when no row has padding before a real token, since packing would bring its real tokens closer together.
     Reads the mask to the host once (not when compiling).
     """
     if attention_mask is None:
@@ -178,7 +180,10 @@ def encoder_padding(attention_mask, unpad: bool, dense: bool | None = None):
     keep = attention_mask.bool()
     if seq_len == 0:
         return None, None
-    counts = torch.cat([keep.sum(dim=-1), keep[:, 0].long()]).tolist()  # one host read: (2B,)
+    starts_real = keep[:, 0]  # (B,)
+    if prefix_only:  # and no padding followed by a real token
+        starts_real = starts_real & ~(keep[:, 1:] & ~keep[:, :-1]).any(dim=-1)
+    counts = torch.cat([keep.sum(dim=-1), starts_real.long()]).tolist()  # one host read: (2B,)
     row_lengths, first_real = counts[:batch], counts[batch:]
     if all(length == seq_len for length in row_lengths):
         return None, None

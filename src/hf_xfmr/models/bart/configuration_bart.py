@@ -50,6 +50,10 @@ class XfmrBartConfig(XfmrPretrainedConfig):
         tie_word_embeddings: the output layer is the shared embedding matrix.
         chunked_lm_loss: in training mode with labels, compute the LM loss chunk by chunk from the decoder
             hidden states without forming the (B, T, V) logits (`logits` is then None).
+        unpad_inputs: the encoder runs right-padded batches on their real tokens only (every head, training
+            and inference). Encoder outputs at real positions are unchanged and zeros at padding positions;
+            the decoder's outputs, logits and losses equal the reference's everywhere (its cross-attention
+            hides the encoder's padding). False runs the padded layout, the reference's exact outputs.
     """
 
     model_type = "xfmr-bart"
@@ -89,6 +93,7 @@ class XfmrBartConfig(XfmrPretrainedConfig):
     is_decoder: bool = False
     tie_word_embeddings: bool = True
     chunked_lm_loss: bool = True
+    unpad_inputs: bool = True
 
     def __post_init__(self, **kwargs):
         for name in ("vocab_size", "max_position_embeddings", "d_model", "encoder_layers", "encoder_ffn_dim",

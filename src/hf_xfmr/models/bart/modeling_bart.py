@@ -24,9 +24,16 @@ Deliberate deviations from the reference (outputs unchanged):
   reference from the first pad); unpadded and right-padded rows get the reference's positions. As in
   the reference its labels are NOT shifted: `labels[t]` is the target of position t.
 - no fp16 clamping of the residual stream (train in bf16 or fp32).
+- unpadding (`config.unpad_inputs`, on by default): the encoder runs a right-padded batch on its real tokens
+  only (token and position embeddings gathered once, every layer on the N real tokens, attention within each
+  sequence) and restores (B, S, C) once at the end, zeros at padding positions. The decoders keep the padded
+  layout; the cross-attention mask hides the encoder's padding, so decoder outputs, logits and losses equal
+  the reference's at every position, and the cross-attention cache holds the projections of those zeros at
+  padding. The encoder's padded path runs with `unpad_inputs=False`, `output_attentions=True`, under
+  torch.compile and when a row starts with padding (see `layers.padding.encoder_padding`).
 
 Shapes: B batch, S encoder tokens, T decoder (or stack) tokens, P cached decoder tokens, C d_model,
-H heads, D head size (C / H), F ffn dim, V vocabulary.
+H heads, D head size (C / H), F ffn dim, V vocabulary, N real (unpadded) encoder tokens.
 """
 
 import copy
@@ -39,12 +46,13 @@ from transformers.cache_utils import EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPast, Seq2SeqModelOutput
 
-from ...layers.attention import ATTENTION_KERNELS, resolve_kernel
+from ...layers.attention import ATTENTION_KERNELS, resolve_kernel, self_attention
 from ...layers.dropout import Dropout
 from ...layers.fused_dropout import attention_with_dropout
 from ...layers.init import normal_init_
 from ...layers.masks import causal_mask, decoder_attention_mask
 from ...layers.mlp import get_activation
+from ...layers.padding import encoder_padding
 from ..generation import (
     CausalLMHead,
     cached_length,
@@ -82,24 +90,39 @@ class XfmrBartAttention(Seq2SeqAttention):
         self.o_proj = nn.Linear(config.d_model, config.d_model)
 
     def forward(self, hidden_states, attention_mask=None, is_causal=False, key_value_states=None,
-                past_key_values=None, output_attentions=False):
+                past_key_values=None, output_attentions=False, varlen=None):
         """`attention_mask`: bool (True = attend), broadcastable to (B, H, T, K), or None. `is_causal`: no mask
-        tensor, the causal constraint alone. `key_value_states` (B, S, C): the encoder output (cross-attention)."""
+        tensor, the causal constraint alone. `key_value_states` (B, S, C): the encoder output (cross-attention).
+        `varlen` (a VarlenBatch): unpadded (N, C) encoder tokens, attention within each sequence."""
+        dropout = self.dropout_p if self.training else 0.0
+        if varlen is not None:
+            tokens = hidden_states.shape[0]
+            q, k, v = (proj(hidden_states).view(tokens, self.num_heads, self.head_dim)
+                       for proj in (self.q_proj, self.k_proj, self.v_proj))  # (N, H, D)
+            out, _ = self_attention(self, bart_attention, q, k, v, varlen=varlen, scaling=self.scaling,
+                                    dropout=dropout)  # (N, H, D)
+            return self.o_proj(out.reshape(tokens, -1)), None
         batch, seq_len, _ = hidden_states.shape
         q, k, v = self.queries_keys_values(hidden_states, key_value_states, past_key_values)  # (B, H, T|K, D)
-        implementation = "eager" if output_attentions else self.config._attn_implementation
-        dropout = self.dropout_p if self.training else 0.0
-        if dropout > 0.0 and q.device.type == "cpu" and q.dtype == torch.float32 and implementation in ATTENTION_KERNELS:
-            # CPU training: torch has no fused kernel with dropout; this one keeps two (B, H, T, K) tensors, not three
-            if is_causal:
-                attention_mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)  # (T, P + T)
-            out, weights = attention_with_dropout(q, k, v, attention_mask, scaling=self.scaling, p=dropout), None
-        else:
-            attention = resolve_kernel(implementation)
-            out, weights = attention(self, q, k, v, attention_mask, scaling=self.scaling, dropout=dropout,
-                                     is_causal=is_causal)
+        out, weights = bart_attention(self, q, k, v, attention_mask, scaling=self.scaling, dropout=dropout,
+                                      is_causal=is_causal, output_attentions=output_attentions)  # (B, T, H, D)
         out = out.reshape(batch, seq_len, -1)  # (B, T, H, D) -> (B, T, C)
         return self.o_proj(out), weights
+
+
+def bart_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, is_causal=False,
+                   output_attentions=False, **kwargs):
+    """A BART layer's attention kernel, with the attention-interface signature: (b, H, T, D) -> (out (b, T, H, D),
+    weights or None). The config's kernel (eager when the weights are asked for); in CPU training in fp32 with
+    dropout the fused-dropout kernel (torch has none): it keeps two (b, H, T, K) tensors, not three."""
+    implementation = "eager" if output_attentions else module.config._attn_implementation
+    cpu_fp32 = query.device.type == "cpu" and query.dtype == torch.float32
+    if dropout > 0.0 and cpu_fp32 and implementation in ATTENTION_KERNELS:
+        if is_causal:
+            attention_mask = causal_mask(query.shape[-2], key.shape[-2], device=query.device)  # (T, P + T)
+        return attention_with_dropout(query, key, value, attention_mask, scaling=scaling, p=dropout), None
+    return resolve_kernel(implementation)(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                                          is_causal=is_causal)
 
 
 class XfmrBartMLP(nn.Module):
@@ -133,9 +156,9 @@ class XfmrBartLayer(GradientCheckpointingLayer):
         self.dropout = Dropout(config.dropout)
 
     def forward(self, hidden_states, attention_mask=None, is_causal=False, encoder_hidden_states=None,
-                encoder_attention_mask=None, past_key_values=None, output_attentions=False):
+                encoder_attention_mask=None, past_key_values=None, output_attentions=False, varlen=None):
         attn_out, self_weights = self.attn(hidden_states, attention_mask, is_causal, past_key_values=past_key_values,
-                                           output_attentions=output_attentions)
+                                           output_attentions=output_attentions, varlen=varlen)
         hidden_states = self.attn_norm(hidden_states + self.dropout(attn_out))
         cross_weights = None
         if encoder_hidden_states is not None:
@@ -186,15 +209,22 @@ class XfmrBartStack(nn.Module):
                     f"{' or, when generating, lower `max_new_tokens`' if self.is_decoder else ''}."
                 )
             position_ids = torch.arange(past_length, past_length + seq_len, device=device)[None]  # (1, T)
-        hidden_states = inputs_embeds + self.embed_positions(position_ids + POSITION_OFFSET)  # (B, T, C)
-        hidden_states = self.dropout(self.embed_norm(hidden_states))
-
-        # A 2-D mask of all ones is dropped (SDPA's causal / unmasked kernels); that test reads the data, so a
-        # compiled graph keeps the mask instead (same result, no graph break).
+        # One decision per forward (one host read, none when compiling): the encoder runs a right-padded batch on
+        # its real tokens only; otherwise the padded layout with a mask, or without one (a 2-D mask of all ones is
+        # dropped: SDPA's causal / unmasked kernels).
+        varlen = None
         if attention_mask is not None and attention_mask.dim() == 2 and not torch.compiler.is_compiling():
-            if bool(attention_mask.all()):
+            unpad = not self.is_decoder and self.config.unpad_inputs and not output_attentions
+            varlen, padded = encoder_padding(attention_mask, unpad=unpad)
+            if varlen is None and padded is None:
                 attention_mask = None
-        if self.is_decoder:
+        if varlen is not None:  # the embeddings take the real tokens as one (1, N) row, with their positions
+            inputs_embeds, position_ids = varlen.unpad_inputs(inputs_embeds, position_ids)
+        hidden_states = inputs_embeds + self.embed_positions(position_ids + POSITION_OFFSET)  # (B, T, C) or (1, N, C)
+        hidden_states = self.dropout(self.embed_norm(hidden_states))
+        if varlen is not None:
+            hidden_states, mask, is_causal = hidden_states.squeeze(0), None, False  # (N, C)
+        elif self.is_decoder:
             mask, is_causal = decoder_attention_mask(attention_mask, seq_len, past_length + seq_len, device=device)
         else:
             mask, is_causal = (None if attention_mask is None else attention_mask.bool()[:, None, None, :]), False
@@ -210,13 +240,17 @@ class XfmrBartStack(nn.Module):
                 continue  # LayerDrop (Fan et al., 2019): skip the whole layer
             hidden_states, self_weights, cross_weights = layer(
                 hidden_states, mask, is_causal, encoder_hidden_states, cross_mask, past_key_values=past_key_values,
-                output_attentions=output_attentions,
+                output_attentions=output_attentions, varlen=varlen,
             )
             if output_hidden_states:
                 all_hidden += (hidden_states,)
             if output_attentions:
                 all_self += (self_weights,)
                 all_cross += (cross_weights,)
+        if varlen is not None:  # back to (B, S, C), zeros at padding
+            hidden_states = varlen.pad(hidden_states)
+            if output_hidden_states:
+                all_hidden = tuple(varlen.pad(h) for h in all_hidden)
         return hidden_states, all_hidden, all_self, all_cross
 
 
@@ -431,6 +465,7 @@ class XfmrBartForQuestionAnswering(DecoderInputsFromInputs, QuestionAnsweringHea
     """Encoder-decoder over the input; `qa_outputs` scores each decoder position as answer start / end."""
 
     base_model_class = XfmrBartModel
+    mask_padding = False  # it reads the decoder, which is never unpadded: the reference's logits and loss
 
 
 class XfmrBartForCausalLM(CausalLMHead, XfmrBartPreTrainedModel):

@@ -68,6 +68,10 @@ class XfmrT5Config(XfmrPretrainedConfig):
             scaled by d_model^-0.5 before it; False (v1.1): a separate `lm_head`, no scaling.
         chunked_lm_loss: in training mode with labels, compute the LM loss chunk by chunk from the decoder
             hidden states without forming the (B, T, V) logits (`logits` is then None).
+        unpad_inputs: the encoder runs right-padded batches on their real tokens only (every head, training
+            and inference). Encoder outputs at real positions are unchanged and zeros at padding positions;
+            the decoder's outputs, logits and losses equal the reference's everywhere (its cross-attention
+            hides the encoder's padding). False runs the padded layout, the reference's exact outputs.
     """
 
     model_type = "xfmr-t5"
@@ -101,6 +105,7 @@ class XfmrT5Config(XfmrPretrainedConfig):
     classifier_dropout: float = 0.0
     tie_word_embeddings: bool = True
     chunked_lm_loss: bool = True
+    unpad_inputs: bool = True
 
     def __post_init__(self, **kwargs):
         for name in ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads",

@@ -19,9 +19,18 @@ Deliberate deviations from the reference (outputs unchanged):
   flag says and only drops the output scaling).
 - in training mode with labels the LM loss is computed chunk by chunk without the (B, T, V) logits.
 - no fp16 clamping of the residual stream (train in bf16 or fp32).
+- unpadding (`config.unpad_inputs`, on by default): the encoder runs a right-padded batch on its real tokens
+  only (every layer on the N real tokens, attention within each sequence with the top-left (L, L) corner of
+  the relative bias, which depends on key - query only) and restores (B, S, C) once at the end, zeros at
+  padding positions. The decoder keeps the padded layout; its cross-attention mask hides the encoder's
+  padding, so decoder outputs, logits and losses equal the reference's at every position, and the
+  cross-attention cache holds the projections of those zeros at padding. The encoder's padded path runs
+  with `unpad_inputs=False`, `output_attentions=True`, under torch.compile and when a row has padding
+  before a real token (left padding, or inside a row: packing would shorten the relative distances; see
+  `layers.padding.encoder_padding`).
 
 Shapes: B batch, S encoder tokens, T decoder (or stack) tokens, P cached decoder tokens, C d_model,
-H heads, D d_kv, F d_ff, V vocabulary.
+H heads, D d_kv, F d_ff, V vocabulary, N real (unpadded) encoder tokens, L the longest sequence.
 """
 
 import torch
@@ -31,12 +40,13 @@ from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqModelOutput
 
-from ...layers.attention import ATTENTION_KERNELS, resolve_kernel
+from ...layers.attention import ATTENTION_KERNELS, resolve_kernel, self_attention
 from ...layers.dropout import Dropout
 from ...layers.fused_dropout import attention_with_dropout, relu_dropout
 from ...layers.masks import causal_mask
 from ...layers.mlp import GLU, get_activation
 from ...layers.norms import RMSNorm
+from ...layers.padding import encoder_padding
 from ...layers.relative_bias import relative_position_bias
 from ..generation import cached_length, prepare_cache
 from ..heads import QuestionAnsweringHead, SequenceClassificationHead, TokenClassificationHead
@@ -70,28 +80,46 @@ class XfmrT5Attention(Seq2SeqAttention):
         self.o_proj.init_std = factor * inner**-0.5
 
     def forward(self, hidden_states, attention_mask=None, key_value_states=None, past_key_values=None,
-                output_attentions=False):
+                output_attentions=False, varlen=None):
         """`attention_mask`: bool (True = attend) or additive float, broadcastable to (B, H, T, K).
-        `key_value_states` (B, S, C): the encoder output, for cross-attention."""
+        `key_value_states` (B, S, C): the encoder output, for cross-attention. `varlen` (a VarlenBatch):
+        unpadded (N, C) encoder tokens, attention within each sequence, `attention_mask` then the (1, H, L, L)
+        relative bias of the longest sequence (a shorter one uses its top-left corner)."""
+        dropout = self.dropout_p if self.training else 0.0
+        if varlen is not None:
+            tokens = hidden_states.shape[0]
+            q, k, v = (proj(hidden_states).view(tokens, self.num_heads, self.head_dim)
+                       for proj in (self.q_proj, self.k_proj, self.v_proj))  # (N, H, D)
+
+            def biased(module, query, key, value, mask, scaling=None, dropout=0.0, **kwargs):  # (b, H, L, D)
+                length = query.shape[-2]
+                bias = attention_mask[:, :, :length, :length]  # it depends on key - query only: (1, H, L, L)
+                if mask is not None:  # sequences padded to the longest for one call: hide keys past each end
+                    bias = bias.masked_fill(~mask, torch.finfo(bias.dtype).min)  # (b, H, L, L)
+                return self.attend(query, key, value, bias, dropout)
+
+            out, _ = self_attention(self, biased, q, k, v, varlen=varlen, dropout=dropout)  # (N, H, D)
+            return self.o_proj(out.reshape(tokens, -1)), None
         batch, seq_len, _ = hidden_states.shape
         q, k, v = self.queries_keys_values(hidden_states, key_value_states, past_key_values)  # (B, H, T|K, D)
+        out, weights = self.attend(q, k, v, attention_mask, dropout, output_attentions)  # (B, T, H, D)
+        out = out.reshape(batch, seq_len, -1)  # (B, T, H, D) -> (B, T, H * D)
+        return self.o_proj(out), weights
+
+    def attend(self, q, k, v, attention_mask, dropout, output_attentions=False):
+        """softmax(q k^T + mask) v without score scaling: (b, H, T, D) -> (out (b, T, H, D), weights or None)."""
         implementation = "eager" if output_attentions else self.config._attn_implementation
-        dropout = self.dropout_p if self.training else 0.0
         if dropout > 0.0 and q.device.type == "cpu" and q.dtype == torch.float32 and implementation in ATTENTION_KERNELS:
             # CPU training: torch has no fused kernel with dropout; this one keeps two (B, H, T, K) tensors, not three
-            out, weights = attention_with_dropout(q, k, v, attention_mask, scaling=1.0, p=dropout), None
-        elif implementation == "sdpa":
+            return attention_with_dropout(q, k, v, attention_mask, scaling=1.0, p=dropout), None
+        if implementation == "sdpa":
             # The stack's masks are finite (finfo.min, never -inf) and every query sees a key (its own position,
             # or a real encoder token), so torch's kernel takes them as they are, as the reference does.
             if attention_mask is not None and attention_mask.is_floating_point():
                 attention_mask = attention_mask.to(q.dtype)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=dropout, scale=1.0)
-            out, weights = out.transpose(1, 2), None  # (B, T, H, D)
-        else:
-            attention = resolve_kernel(implementation)
-            out, weights = attention(self, q, k, v, attention_mask, scaling=1.0, dropout=dropout)
-        out = out.reshape(batch, seq_len, -1)  # (B, T, H, D) -> (B, T, H * D)
-        return self.o_proj(out), weights
+            return out.transpose(1, 2), None  # (B, T, H, D)
+        return resolve_kernel(implementation)(self, q, k, v, attention_mask, scaling=1.0, dropout=dropout)
 
 
 class XfmrT5MLP(nn.Module):
@@ -143,9 +171,10 @@ class XfmrT5Layer(GradientCheckpointingLayer):
         self.dropout = Dropout(config.dropout_rate)
 
     def forward(self, hidden_states, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
-                past_key_values=None, output_attentions=False):
+                past_key_values=None, output_attentions=False, varlen=None):
         attn_out, self_weights = self.attn(self.attn_norm(hidden_states), attention_mask,
-                                           past_key_values=past_key_values, output_attentions=output_attentions)
+                                           past_key_values=past_key_values, output_attentions=output_attentions,
+                                           varlen=varlen)
         hidden_states = hidden_states + self.dropout(attn_out)
         cross_weights = None
         if encoder_hidden_states is not None:
@@ -162,7 +191,8 @@ class XfmrT5Stack(nn.Module):
     """The encoder (bidirectional) or decoder (causal, cross-attending) stack over embedded tokens.
 
     The relative position bias is computed here once and folded, with the padding (and causal) mask,
-    into a single additive mask shared by every layer.
+    into a single additive mask shared by every layer. An unpadded encoder batch shares the bias of its
+    longest sequence instead: each sequence's attention reads its top-left corner.
     """
 
     def __init__(self, config, is_decoder: bool):
@@ -206,10 +236,19 @@ class XfmrT5Stack(nn.Module):
             cached = f" ({past_length} cached + {seq_len} new)" if past_length else ""
             raise ValueError(f"The attention mask has shape {tuple(attention_mask.shape)} but must be "
                              f"({batch}, {past_length + seq_len}){cached}: one entry per token.")
+        # One decision per forward (one host read, none when compiling): the encoder runs a right-padded batch on
+        # its real tokens only; otherwise the padded layout with a mask, or without one when nothing is hidden.
+        varlen = None
         if attention_mask is not None and attention_mask.dim() == 2 and not torch.compiler.is_compiling():
-            if bool(attention_mask.all()):
+            unpad = not self.is_decoder and self.config.unpad_inputs and not output_attentions
+            varlen, padded = encoder_padding(attention_mask, unpad=unpad, prefix_only=True)  # relative positions
+            if varlen is None and padded is None:
                 attention_mask = None  # nothing to hide: the bias stays (1, H, T, P + T), shared by the batch
-        mask = self.self_attention_mask(attention_mask, seq_len, past_length, inputs_embeds.dtype)
+        if varlen is not None:  # the bias of the longest sequence, (1, H, L, L); each sequence takes its corner
+            mask = self.self_attention_mask(None, varlen.max_seqlen, 0, inputs_embeds.dtype)
+            inputs_embeds = varlen.unpad(inputs_embeds)  # (N, C)
+        else:
+            mask = self.self_attention_mask(attention_mask, seq_len, past_length, inputs_embeds.dtype)
         cross_mask = None
         if encoder_hidden_states is not None and encoder_attention_mask is not None:
             if torch.compiler.is_compiling() or not bool(encoder_attention_mask.all()):
@@ -221,7 +260,7 @@ class XfmrT5Stack(nn.Module):
         for layer in self.layers:
             hidden_states, self_weights, cross_weights = layer(
                 hidden_states, mask, encoder_hidden_states, cross_mask, past_key_values=past_key_values,
-                output_attentions=output_attentions,
+                output_attentions=output_attentions, varlen=varlen,
             )
             if output_hidden_states:
                 all_hidden += (hidden_states,)
@@ -231,6 +270,10 @@ class XfmrT5Stack(nn.Module):
         hidden_states = self.dropout(self.norm(hidden_states))
         if output_hidden_states:  # the last entry is the final (normalised) output
             all_hidden = all_hidden[:-1] + (hidden_states,)
+        if varlen is not None:  # back to (B, S, C), zeros at padding
+            hidden_states = varlen.pad(hidden_states)
+            if output_hidden_states:
+                all_hidden = tuple(varlen.pad(h) for h in all_hidden)
         return hidden_states, all_hidden, all_self, all_cross
 
 
@@ -412,6 +455,7 @@ class XfmrT5ForQuestionAnswering(DecoderInputsFromInputs, QuestionAnsweringHead,
     """Encoder-decoder over the input; `qa_outputs` scores each decoder position as answer start / end."""
 
     base_model_class = XfmrT5Model
+    mask_padding = False  # it reads the decoder, which is never unpadded: the reference's logits and loss
 
 
 __all__ = [
