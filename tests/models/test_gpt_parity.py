@@ -1,7 +1,10 @@
 """GPT against transformers' GPT-2, through the production converter.
 
 Every head, eager and sdpa, right-padded batches: hidden states, logits, loss and the gradient of every
-parameter after one backward pass at fp32 atol 1e-5; round trips bit-exact in both directions.
+parameter after one backward pass at fp32 atol 1e-5; round trips bit-exact in both directions. With
+unpadding on (the default) outputs are compared at real positions (padding positions must hold zeros) and
+question answering against the reference's span loss over real tokens; with `unpad_inputs=False` at every
+position.
 """
 
 import types
@@ -16,7 +19,15 @@ from hf_xfmr.data import DataCollatorForCLM
 from hf_xfmr.models.conversion import convert_state_dict
 
 from ._gpt import EOS, PAD, VOCAB, padded_batch, tiny_gpt2_config
-from ._parity import grads_of, outputs_of, with_task_labels
+from ._parity import (
+    assert_outputs_match,
+    grads_of,
+    masked_base_loss,
+    outputs_of,
+    real_positions,
+    reference_qa_loss,
+    with_task_labels,
+)
 
 ATOL, RTOL = 1e-5, 1e-5
 
@@ -62,43 +73,58 @@ def assert_same_gradients(ref, ours, task):
         assert_close(grad, ref_grads[name], atol=ATOL, rtol=RTOL, msg=lambda m: f"grad {name}: {m}")
 
 
+@pytest.mark.parametrize("unpad", [True, False], ids=["unpadded", "padded"])
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("task", list(HEADS))
-def test_parity_outputs_loss_and_gradients(task, attn):
+def test_parity_outputs_loss_and_gradients(task, attn, unpad):
     ref, ours = build_pair(task, attn)
+    assert ours.config.unpad_inputs  # the default
+    ours.config.unpad_inputs = unpad
     ref.train(), ours.train()  # dropout is 0, so training mode is deterministic and has gradients
     inputs = make_inputs(task)
-    extra = dict(output_hidden_states=True, output_attentions=attn == "eager")
+    keep = real_positions(inputs)
+    assert not keep.all()
+    # Attention weights need the padded path: asked for (eager) only where unpadding is off.
+    extra = dict(output_hidden_states=True, output_attentions=attn == "eager" and not unpad)
     ref_out, our_out = ref(**inputs, **extra), ours(**inputs, **extra)
     # Training with labels: ours computes the LM loss chunk by chunk and returns no logits.
-    skip = ("logits",) if task == "causal-lm" else ()
-    assert_same_outputs(ref_out, our_out, skip)
+    qa_masked = unpad and task == "question-answering"
+    skip = ("logits",) if task == "causal-lm" else ("loss",) if qa_masked else ()
+    assert_outputs_match(our_out, ref_out, keep, unpadded=unpad, atol=ATOL, rtol=RTOL, skip=skip)
     if task == "causal-lm":
         assert our_out.logits is None
     if task == "base":
-        ref_out.last_hidden_state.square().mean().backward()
-        our_out.last_hidden_state.square().mean().backward()
+        loss_ref, loss_ours = (masked_base_loss(out, keep) for out in (ref_out, our_out))
+    elif qa_masked:  # padding positions masked: the reference's span loss over real tokens
+        loss_ref, loss_ours = reference_qa_loss(ref_out, inputs), our_out.loss
+        assert_close(loss_ours, loss_ref, atol=ATOL, rtol=RTOL)
     else:
-        assert torch.isfinite(ref_out.loss)
-        ref_out.loss.backward()
-        our_out.loss.backward()
+        loss_ref, loss_ours = ref_out.loss, our_out.loss
+    assert torch.isfinite(loss_ref)
+    loss_ref.backward()
+    loss_ours.backward()
     assert_same_gradients(ref, ours, task)
 
 
+@pytest.mark.parametrize("unpad", [True, False], ids=["unpadded", "padded"])
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
-def test_causal_lm_dense_loss_and_eval_logits_match(attn):
-    """`chunked_lm_loss=False` returns full logits in training; eval mode always does."""
+def test_causal_lm_dense_loss_and_eval_logits_match(attn, unpad):
+    """`chunked_lm_loss=False` returns full logits in training; eval mode always does (and builds a cache)."""
     ref, ours = build_pair("causal-lm", attn)
     ours.config.chunked_lm_loss = False
+    ours.config.unpad_inputs = unpad
     ref.train(), ours.train()
     inputs = make_inputs("causal-lm")
+    keep = real_positions(inputs)
     ref_out, our_out = ref(**inputs), ours(**inputs)
-    assert_same_outputs(ref_out, our_out)
+    assert_outputs_match(our_out, ref_out, keep, unpadded=unpad, atol=ATOL, rtol=RTOL)
+    if unpad:  # the LM logits at padding positions are those of a zero vector: zeros (no bias)
+        assert not our_out.logits[~keep].any()
     ref_out.loss.backward(), our_out.loss.backward()
     assert_same_gradients(ref, ours, "causal-lm")
     ref.eval(), ours.eval()
     with torch.no_grad():
-        assert_same_outputs(ref(**inputs), ours(**inputs))
+        assert_outputs_match(ours(**inputs), ref(**inputs), keep, unpadded=unpad, atol=ATOL, rtol=RTOL)
 
 
 def test_num_items_in_batch_matches_reference():
@@ -110,12 +136,15 @@ def test_num_items_in_batch_matches_reference():
                      atol=ATOL, rtol=RTOL)
 
 
-def test_token_type_ids_are_looked_up_in_the_word_embeddings_as_in_gpt2():
+@pytest.mark.parametrize("unpad", [True, False], ids=["unpadded", "padded"])
+def test_token_type_ids_are_looked_up_in_the_word_embeddings_as_in_gpt2(unpad):
     ref, ours = build_pair("base", "sdpa")
+    ours.config.unpad_inputs = unpad
     ids, mask = padded_batch()
     types_ = torch.randint(0, 5, ids.shape)
-    assert_same_outputs(ref(input_ids=ids, attention_mask=mask, token_type_ids=types_),
-                        ours(input_ids=ids, attention_mask=mask, token_type_ids=types_))
+    assert_outputs_match(ours(input_ids=ids, attention_mask=mask, token_type_ids=types_),
+                         ref(input_ids=ids, attention_mask=mask, token_type_ids=types_), mask.bool(),
+                         unpadded=unpad, atol=ATOL, rtol=RTOL)
 
 
 @pytest.mark.parametrize("overrides", [
@@ -129,8 +158,8 @@ def test_config_variants_match(overrides):
     ours.config.chunked_lm_loss = False
     ref.train(), ours.train()
     inputs = make_inputs("causal-lm")
-    ref_out, our_out = ref(**inputs), ours(**inputs)
-    assert_same_outputs(ref_out, our_out)
+    ref_out, our_out = ref(**inputs), ours(**inputs)  # unpadded (the default): real positions
+    assert_outputs_match(our_out, ref_out, real_positions(inputs), unpadded=True, atol=ATOL, rtol=RTOL)
     ref_out.loss.backward(), our_out.loss.backward()
     assert_same_gradients(ref, ours, "causal-lm")
     assert (ours.lm_head.weight is ours.model.embeddings.word_embeddings.weight) == ref.config.tie_word_embeddings
@@ -182,8 +211,9 @@ def test_convert_from_directory_and_reject_cross_attention(tmp_path):
     ours = hf_xfmr.from_transformers(tmp_path)
     assert type(ours).__name__ == "XfmrGPTForCausalLM"
     ids, mask = padded_batch()
-    assert_close(ours(input_ids=ids, attention_mask=mask).logits, ref(input_ids=ids, attention_mask=mask).logits,
-                 atol=ATOL, rtol=RTOL)
+    keep = mask.bool()  # unpadded (the default): outputs at real positions equal the reference's
+    assert_close(ours(input_ids=ids, attention_mask=mask).logits[keep],
+                 ref(input_ids=ids, attention_mask=mask).logits[keep], atol=ATOL, rtol=RTOL)
     classifier = hf_xfmr.from_transformers(str(tmp_path), task="sequence-classification")
     assert type(classifier).__name__ == "XfmrGPTForSequenceClassification"
     assert torch.equal(classifier.model.embeddings.word_embeddings.weight, ref.transformer.wte.weight)

@@ -49,6 +49,12 @@ class XfmrGPTConfig(XfmrPretrainedConfig):
         chunked_lm_loss: in training mode with labels, compute the causal-LM loss chunk by chunk from
             the hidden states without forming the (B, T, V) logits (`logits` is then None). The loss and
             gradients are the same; False returns full logits in training too.
+        unpad_inputs: run right-padded batches on their real tokens only (every head, training and
+            inference without a cache passed in). Outputs at real positions are unchanged; hidden states at
+            padding positions are zeros (LM logits there are zeros, the token classifier's its bias), and
+            question answering gives padding positions the lowest start/end logits (its loss then covers
+            real tokens only). Losses equal the reference's when padding carries label -100. False runs
+            the padded layout, the reference's exact outputs everywhere (QA loss included).
     """
 
     model_type = "xfmr-gpt"
@@ -83,6 +89,7 @@ class XfmrGPTConfig(XfmrPretrainedConfig):
     tie_word_embeddings: bool = True
     classifier_dropout: float | None = None
     chunked_lm_loss: bool = True
+    unpad_inputs: bool = True
 
     def __post_init__(self, **kwargs):
         for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):

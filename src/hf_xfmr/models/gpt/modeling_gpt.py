@@ -20,11 +20,22 @@ Deliberate deviations from the reference (outputs are unchanged where the refere
   (transformers: `score`) so PEFT's default `modules_to_save` trains it; it reads the last token the
   attention mask marks as real (the reference: the last token that is not the pad id).
 - `use_cache` defaults to the config's value in eval mode and to False in training.
+- unpadding (`config.unpad_inputs`, on by default): a right-padded batch (every row starting with a real
+  token, a 2-D mask, no cache given by the caller, no packed documents) runs on its real tokens only:
+  the embeddings' inputs are gathered once, every layer runs on the N real tokens with causal attention
+  within each sequence, and the (B, T, C) shape is restored after the final LayerNorm. Positions are
+  the reference's (counted over the real tokens). Outputs at real positions are unchanged; at padding
+  positions the hidden states are zeros, so the LM logits there are zeros (`lm_head` has no bias) and the
+  token classifier's are its bias; question answering masks padding (see `heads.py`). A cache built for
+  the call (`use_cache` in eval mode) holds the reference's keys/values at real positions and zeros at
+  padding. The padded path runs with `unpad_inputs=False`, `output_attentions=True`, a cache passed in
+  (generation), left padding, packed documents, a 4-D mask and under torch.compile.
 
 Shapes: B batch, T new tokens, P cached tokens, C hidden size, H heads, D head size (C / H),
-V vocabulary size.
+V vocabulary size, N real (unpadded) tokens.
 """
 
+import functools
 import math
 
 import torch
@@ -33,11 +44,12 @@ from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
-from ...layers.attention import resolve_kernel
+from ...layers.attention import resolve_kernel, self_attention
 from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
 from ...layers.masks import decoder_attention_mask
 from ...layers.mlp import MLP
+from ...layers.padding import encoder_padding
 from ..generation import (
     CausalLMHead,
     cached_length,
@@ -100,25 +112,32 @@ class XfmrGPTAttention(nn.Module):
         self.o_proj.residual_projection = True  # GPT-2's scaled init (see _init_weights)
 
     def forward(self, hidden_states, attention_mask=None, is_causal=False, past_key_values=None,
-                output_attentions=False):
-        batch, seq_len, _ = hidden_states.shape
-        shape = (batch, seq_len, self.num_heads, self.head_dim)
-        q = self.q_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
-        k = self.k_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
-        v = self.v_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, D)
-        if past_key_values is not None:
-            k, v = past_key_values.update(k, v, self.layer_idx)  # (B, H, P + T, D) each
+                output_attentions=False, varlen=None):
+        """Padded (B, T, C) with a mask (or `is_causal`), or unpadded (N, C) with `varlen` (a VarlenBatch):
+        causal attention within each sequence."""
+        tokens = hidden_states.shape[:-1]  # (B, T) or (N,)
+        heads = (*tokens, self.num_heads, self.head_dim)
+        q, k, v = (proj(hidden_states).view(heads) for proj in (self.q_proj, self.k_proj, self.v_proj))  # (..., H, D)
+        if varlen is None:
+            q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+            if past_key_values is not None:
+                k, v = past_key_values.update(k, v, self.layer_idx)  # (B, H, P + T, D) each
+        elif past_key_values is not None:  # a cache built for this call keeps the padded layout, zeros at padding
+            past_key_values.update(*(varlen.pad(t).transpose(1, 2) for t in (k, v)), self.layer_idx)  # (B, H, T, D)
 
         dtype = q.dtype
         if self.upcast:  # reorder_and_upcast_attn: the whole softmax(q k^T) v in float32
             q, k, v = q.float(), k.float(), v.float()
         implementation = "eager" if output_attentions else self.config._attn_implementation
         attention = resolve_kernel(implementation)
-        out, weights = attention(
-            self, q, k, v, attention_mask,
-            scaling=self.scaling, dropout=self.dropout_p if self.training else 0.0, is_causal=is_causal,
-        )
-        out = out.to(dtype).reshape(batch, seq_len, -1)  # (B, T, H, D) -> (B, T, C)
+        dropout = self.dropout_p if self.training else 0.0
+        if varlen is None:
+            out, weights = attention(self, q, k, v, attention_mask, scaling=self.scaling, dropout=dropout,
+                                     is_causal=is_causal)  # (B, T, H, D)
+        else:
+            out, weights = self_attention(self, functools.partial(attention, is_causal=True), q, k, v, varlen=varlen,
+                                          scaling=self.scaling, dropout=dropout)  # (N, H, D)
+        out = out.to(dtype).reshape(*tokens, -1)  # (..., H, D) -> (..., C)
         return self.o_proj(out), weights
 
 
@@ -136,9 +155,9 @@ class XfmrGPTLayer(GradientCheckpointingLayer):
         self.mlp.down_proj.residual_projection = True
 
     def forward(self, hidden_states, attention_mask=None, is_causal=False, past_key_values=None,
-                output_attentions=False):
+                output_attentions=False, varlen=None):
         attn_out, weights = self.attn(self.attn_norm(hidden_states), attention_mask, is_causal, past_key_values,
-                                      output_attentions)
+                                      output_attentions, varlen)
         hidden_states = hidden_states + self.attn_dropout(attn_out)
         hidden_states = hidden_states + self.mlp(self.mlp_norm(hidden_states))
         return hidden_states, weights
@@ -201,6 +220,7 @@ class XfmrGPTModel(XfmrGPTPreTrainedModel):
         )
         if use_cache is None:
             use_cache = config.use_cache and not self.training
+        cache_given = past_key_values is not None  # generation passes its own: it keeps the padded layout
         if replayed_by_checkpointing(self.layers):  # the replay would write a cache twice: train without one
             use_cache, past_key_values = False, None
         past_key_values = prepare_cache(past_key_values, use_cache, config)
@@ -227,20 +247,29 @@ class XfmrGPTModel(XfmrGPTPreTrainedModel):
         output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
         return_dict = config.return_dict if return_dict is None else return_dict
 
-        hidden_states = self.embeddings(input_ids, position_ids, inputs_embeds, token_type_ids)  # (B, T, C)
-        # A 2-D mask of all ones is dropped so SDPA can take its causal kernel. That test reads the data,
-        # so a compiled graph keeps the mask instead (same result, no graph break).
+        # One decision per forward (one host read, none when compiling): the real tokens only, or the padded
+        # layout with a mask, or without one (a 2-D mask of all ones is dropped so SDPA takes its causal kernel).
+        varlen = None
         if attention_mask is not None and attention_mask.dim() == 2 and not torch.compiler.is_compiling():
-            if bool(attention_mask.all()):
+            unpad = config.unpad_inputs and not output_attentions and not cache_given and documents is None
+            varlen, padded = encoder_padding(attention_mask, unpad=unpad)
+            if varlen is None and padded is None:
                 attention_mask = None
-        mask, is_causal = decoder_attention_mask(attention_mask, seq_len, past_length + seq_len, documents,
-                                                 device=device)
+        if varlen is not None:  # the embeddings take the real tokens as one (1, N) row, with their positions
+            input_ids, position_ids, inputs_embeds, token_type_ids = varlen.unpad_inputs(
+                input_ids, position_ids, inputs_embeds, token_type_ids)
+        hidden_states = self.embeddings(input_ids, position_ids, inputs_embeds, token_type_ids)  # (B | 1, T | N, C)
+        if varlen is not None:
+            hidden_states, mask, is_causal = hidden_states.squeeze(0), None, True  # (N, C)
+        else:
+            mask, is_causal = decoder_attention_mask(attention_mask, seq_len, past_length + seq_len, documents,
+                                                     device=device)
 
         all_hidden_states = (hidden_states,) if output_hidden_states else None
         all_attentions = () if output_attentions else None
         for layer in self.layers:
             hidden_states, weights = layer(hidden_states, mask, is_causal, past_key_values=past_key_values,
-                                           output_attentions=output_attentions)
+                                           output_attentions=output_attentions, varlen=varlen)
             if output_hidden_states:
                 all_hidden_states += (hidden_states,)
             if output_attentions:
@@ -248,6 +277,10 @@ class XfmrGPTModel(XfmrGPTPreTrainedModel):
         hidden_states = self.norm(hidden_states)
         if output_hidden_states:  # the last entry is the final (normalised) output, as in transformers
             all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
+        if varlen is not None:  # back to (B, T, C), zeros at padding
+            hidden_states = varlen.pad(hidden_states)
+            if output_hidden_states:
+                all_hidden_states = tuple(varlen.pad(h) for h in all_hidden_states)
 
         output = BaseModelOutputWithPast(
             last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None,
