@@ -83,8 +83,12 @@ def test_convert_round_trip(bert_checkpoint, tmp_path, capsys):
     ours = transformers.AutoModelForMaskedLM.from_pretrained(ours_dir).eval()
     back = transformers.BertForMaskedLM.from_pretrained(back_dir).eval()
     assert type(ours).__name__ == "XfmrBertForMaskedLM"
+    real = batch["attention_mask"].bool()
     with torch.no_grad():
         expected = reference(**batch).logits
+        # ours unpads by default: equal at real positions; with unpad_inputs=False at every position
+        torch.testing.assert_close(ours(**batch).logits[real], expected[real], atol=1e-6, rtol=0)
+        ours.config.unpad_inputs = False
         torch.testing.assert_close(ours(**batch).logits, expected, atol=1e-6, rtol=0)
         torch.testing.assert_close(back(**batch).logits, expected, atol=1e-6, rtol=0)
     back_state = back.state_dict()
@@ -105,10 +109,12 @@ def test_convert_task_base(bert_checkpoint, tmp_path, capsys):
     assert config["architectures"] == ["XfmrBertModel"]
     encoder = transformers.AutoModel.from_pretrained(tmp_path / "enc").eval()
     batch = _batch()
+    real = batch["attention_mask"].bool()
     with torch.no_grad():
-        torch.testing.assert_close(
-            encoder(**batch).last_hidden_state, reference.bert(**batch).last_hidden_state, atol=1e-6, rtol=0
-        )
+        expected = reference.bert(**batch).last_hidden_state
+        torch.testing.assert_close(encoder(**batch).last_hidden_state[real], expected[real], atol=1e-6, rtol=0)
+        encoder.config.unpad_inputs = False  # the reference's padded path: every position
+        torch.testing.assert_close(encoder(**batch).last_hidden_state, expected, atol=1e-6, rtol=0)
 
 
 def test_convert_task_base_with_a_pooler_is_silent(tmp_path, capsys):
