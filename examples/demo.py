@@ -1,8 +1,8 @@
 """`make demo`: the whole product, offline, on a CPU, in a few minutes. Everything goes under demo_output/.
 
 1. data: the embedded corpus (Python's own documentation) plus the unlabelled training sentences of the
-   VADER sentiment set (domain text for the finetuning task; its test sentences are never seen);
-2. tokenizers: one per architecture, trained on the embedded corpus with that architecture's special tokens;
+   VADER sentiment set (domain text for the finetuning task; its validation and test sentences are never seen);
+2. tokenizers: one per architecture, trained on that pretraining text with that architecture's special tokens;
 3. pretraining with `hf_xfmr.training.pretrain` (the loop behind `hf-xfmr pretrain`) of each
    `--runs` architecture with its objective (by default `DEFAULT_RUNS`: a small ModernBERT with masked language
    modelling and a small XLNet with permutation language modelling), each with a progress bar and a
@@ -10,7 +10,8 @@
    most frequent one;
 4. LoRA finetuning with `hf_xfmr.training.finetune` (Trainer + PEFT, behind `hf-xfmr finetune`) of the
    first pretrained model on VADER sentiment (positive / negative), test accuracy against the
-   majority class; the adapter and the merged model are saved;
+   majority class; the adapter and the merged model are saved. The same model with random weights is
+   finetuned the same way (same LoRA, steps and seed): the floor that says what pretraining added;
 5. a Hub-ready export of the finetuned model (`hf_xfmr.hub.export`): self-contained remote code,
    safetensors, a model card with YAML front matter and a PNG of the loss curves, reloaded through
    `AutoModelForSequenceClassification(trust_remote_code=True)` from the folder to check it.
@@ -30,7 +31,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 
 from hf_xfmr.data import default_corpus, train_tokenizer
 from hf_xfmr.data.corpus import document_text
-from hf_xfmr.data.labelled import load_vader_sentiment
+from hf_xfmr.data.labelled import load_vader_sentiment, vader_unlabelled_text
 from hf_xfmr.training import read_log
 from hf_xfmr.hub import export
 from hf_xfmr.models import get_architecture
@@ -82,17 +83,29 @@ def parse_runs(text: str) -> list[tuple[str, str]]:
     return runs
 
 
-def write_pretraining_text(path: Path, sentiment_train) -> int:
-    """The embedded corpus plus the VADER training sentences (grouped), one JSON document per line."""
+def pretraining_text(sentences: list[str]) -> list[str]:
+    """The embedded corpus plus `sentences` (unlabelled VADER sentences) grouped into documents."""
     documents = [document_text(doc) for doc in default_corpus()]
-    sentences = list(sentiment_train["text"])
     documents += ["\n".join(sentences[i:i + SENTENCES_PER_DOCUMENT])
                   for i in range(0, len(sentences), SENTENCES_PER_DOCUMENT)]
+    return documents
+
+
+def write_pretraining_text(path: Path, documents: list[str]) -> None:
+    """One JSON document per line."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as f:
         for text in documents:
             f.write(json.dumps({"text": text}) + "\n")
-    return len(documents)
+
+
+def random_init_copy(model, tokenizer_dir: Path, folder: Path, seed: int) -> Path:
+    """`model`'s architecture and config with fresh random weights (seeded), saved with the tokenizer of
+    `tokenizer_dir`: a checkpoint to finetune from scratch exactly as the pretrained one is."""
+    torch.manual_seed(seed)
+    type(model)(model.config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(folder)
+    return folder
 
 
 def section(number: int, total: int, title: str) -> None:
@@ -111,15 +124,17 @@ def main(argv=None):
     section(1, steps, "data")
     sentiment = load_vader_sentiment(num_classes=2)
     corpus_file = out / "data" / "pretraining.jsonl"
-    n_docs = write_pretraining_text(corpus_file, sentiment["train"])
-    print(f"      {n_docs} documents: the embedded corpus and {len(sentiment['train'])} unlabelled VADER training "
+    sentences = vader_unlabelled_text()  # the train split, all ratings: never a validation or test sentence
+    documents = pretraining_text(sentences)
+    write_pretraining_text(corpus_file, documents)
+    print(f"      {len(documents)} documents: the embedded corpus and {len(sentences)} unlabelled VADER training "
           f"sentences -> {corpus_file}")
     print("      sentiment splits: " + ", ".join(f"{name} {len(split)}" for name, split in sentiment.items()))
 
-    section(2, steps, "tokenizers (trained on the embedded corpus)")
+    section(2, steps, "tokenizers (trained on the pretraining text)")
     tokenizer_dirs = {}
     for arch, _ in runs:
-        tokenizer = train_tokenizer(arch, vocab_size=args.vocab_size)
+        tokenizer = train_tokenizer(arch, documents, vocab_size=args.vocab_size)
         tokenizer_dirs[arch] = out / "tokenizers" / arch
         tokenizer.save_pretrained(tokenizer_dirs[arch])
         print(f"      {arch}: {len(tokenizer)} tokens -> {tokenizer_dirs[arch]}")
@@ -158,17 +173,21 @@ def main(argv=None):
     base = AutoModel.from_config(AutoConfig.from_pretrained(results[arch].model_dir))
     targets = [*lora_targets(base, None), "word_embeddings"]
     print(f"      LoRA r=16 on {', '.join(targets)}; the classification head trained in full")
-    tuned = finetune(FinetuneArguments(
-        model_name_or_path=str(results[arch].model_dir), dataset="vader", lora=True, lora_r=16, lora_alpha=32,
-        lora_target_modules=targets,
-        merge=True, num_train_epochs=args.finetune_epochs, learning_rate=2e-3, per_device_train_batch_size=32,
-        max_seq_length=64, output_dir=str(out / "finetune"), overwrite_output_dir=True, seed=args.seed,
-        disable_tqdm=False,
-    ))
+    lora = dict(dataset="vader", lora=True, lora_r=16, lora_alpha=32, lora_target_modules=targets,
+                num_train_epochs=args.finetune_epochs, learning_rate=2e-3, per_device_train_batch_size=32,
+                max_seq_length=64, overwrite_output_dir=True, seed=args.seed, disable_tqdm=False)
+    tuned = finetune(FinetuneArguments(model_name_or_path=str(results[arch].model_dir), merge=True,
+                                       output_dir=str(out / "finetune"), **lora))
     accuracy = tuned.metrics["test"]["test_accuracy"]
     majority = tuned.metrics["baseline"]["test_majority_accuracy"]
     print(f"      test accuracy {accuracy:.1%} against {majority:.1%} for always answering the majority class")
     print(f"      adapter -> {tuned.adapter_dir}; merged model -> {tuned.merged_dir}")
+    print(f"      the floor: the same {arch} with random weights, finetuned the same way (LoRA, steps, seed)", flush=True)
+    random_dir = random_init_copy(results[arch].model, results[arch].model_dir, out / "random_init" / arch, args.seed)
+    floor = finetune(FinetuneArguments(model_name_or_path=str(random_dir), output_dir=str(out / "finetune_scratch"),
+                                       **lora)).metrics["test"]["test_accuracy"]
+    print(f"      test accuracy from random weights {floor:.1%}: pretraining adds {100 * (accuracy - floor):+.1f} points "
+          f"(pretrained {accuracy:.1%})")
     if not args.quick and not accuracy > majority:
         raise SystemExit("demo failed: the finetuned model is no better than the majority class")
 
@@ -178,8 +197,8 @@ def main(argv=None):
     folder = export(
         model, tokenizer, out / "export", title=f"hf_xfmr demo: tiny {arch} for sentiment",
         description=f"A tiny {arch} pretrained for {args.pretrain_steps} steps on Python's documentation and "
-                    "VADER sentences, then LoRA-finetuned on VADER sentiment (merged). A demonstration, not a "
-                    "useful model.",
+                    f"VADER sentences, then LoRA-finetuned on VADER sentiment (merged; the same model finetuned "
+                    f"the same way from random weights: {floor:.1%} test accuracy). A demonstration, not a useful model.",
         training_logs={f"{a} pretraining": r.log_path for a, r in results.items()} | {"finetuning": tuned.log_file},
         metrics={"accuracy": accuracy, "majority_class_accuracy": majority}, eval_dataset="vader",
         eval_split="test", overwrite=True,
@@ -202,6 +221,7 @@ def main(argv=None):
         *[(r.log_path, f"{a} pretraining log (JSON lines)") for a, r in results.items()],
         (tuned.adapter_dir, "LoRA adapter (PeftModel.from_pretrained)"),
         (tuned.merged_dir, "merged finetuned model"),
+        (out / "finetune_scratch", "the same model finetuned from random weights (the floor)"),
         (folder, "Hub-ready export: `hf-xfmr publish` uploads it"),
         (folder / "loss_curve.png", "loss curves"),
     ]:

@@ -1,5 +1,6 @@
-"""`make demo` end to end in its quick mode: every step runs and leaves what it promises (the full run's
-quality checks — losses fall, accuracies beat their baselines — are the demo's own, not repeated here)."""
+"""`make demo` end to end in its quick mode: every step runs and leaves what it promises, the finetuning from
+random weights beside the pretrained one included (the full run's quality checks — losses fall, accuracies beat
+their baselines — are the demo's own, not repeated here)."""
 
 import importlib.util
 import json
@@ -7,6 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+from hf_xfmr.data.labelled import load_vader_sentiment, vader_unlabelled_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,6 +37,19 @@ def test_quick_demo_pretrains_finetunes_and_exports(tmp_path, capsys):
         assert any("loss" in row for row in rows) and any("eval_loss" in row for row in rows)
     assert (out / "finetune" / "adapter" / "adapter_config.json").is_file()
     assert (out / "finetune" / "merged" / "model.safetensors").is_file()
+    # The floor: the first run's architecture and config with random weights, finetuned the same way.
+    first = archs[0]
+    assert (json.loads((out / "random_init" / first / "config.json").read_text())
+            == json.loads((out / "pretrain" / first / "config.json").read_text()))
+    assert (out / "finetune_scratch" / "adapter" / "adapter_config.json").is_file()
+    floor = re.search(r"test accuracy from random weights (\S+)%: pretraining adds (\S+) points \(pretrained (\S+)%\)",
+                      printed)
+    assert floor and float(floor.group(2)) == pytest.approx(float(floor.group(3)) - float(floor.group(1)), abs=0.11)
+    # The pretraining text holds VADER's training sentences, never a validation or test one.
+    held_out = {text for split in ("validation", "test") for text in load_vader_sentiment(num_classes=3)[split]["text"]}
+    pretraining = {line for row in (out / "data" / "pretraining.jsonl").read_text().splitlines()
+                   for line in json.loads(row)["text"].split("\n")}
+    assert not held_out & pretraining and len(set(vader_unlabelled_text()) & pretraining) > 15000
     export = out / "export"
     assert {"config.json", "model.safetensors", "README.md", "loss_curve.png"} <= {p.name for p in export.iterdir()}
     assert (export / "README.md").read_text().startswith("---\n")  # the card's YAML front matter

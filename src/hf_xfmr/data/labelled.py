@@ -195,6 +195,20 @@ def load_vader_sentiment(sources=None, *, num_classes: int = 2, neutral_margin: 
     })
 
 
+def vader_unlabelled_text(sources=None, *, validation_size: float = 0.1, test_size: float = 0.1, seed: int = 0,
+                          sdist: str | os.PathLike | None = None) -> list[str]:
+    """In-domain text for pretraining before finetuning on `load_vader_sentiment`: the sentences of its
+    train split (same `sources`, `validation_size`, `test_size` and `seed`), ratings dropped.
+
+    Every rating is kept, the neutral sentences that a 2-class split leaves out too (no label is used), and
+    never a validation or test sentence: a train sentence whose text also occurs in one of those splits (the
+    same snippet rated twice) is left out as well. In file order (source by source)."""
+    rows = read_vader_ratings(sdist, sources)
+    held_out = {row["text"] for row in rows if _split_of(row, seed, validation_size, test_size) != "train"}
+    return [row["text"] for row in rows
+            if _split_of(row, seed, validation_size, test_size) == "train" and row["text"] not in held_out]
+
+
 def main(argv=None) -> int:
     import argparse
 
