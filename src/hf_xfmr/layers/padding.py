@@ -5,6 +5,8 @@ Unpad once at the encoder boundary, run every layer on the packed tokens with `c
 flash-attn requires it. `encoder_padding` decides, once per forward, whether a batch runs unpadded.
 """
 
+import contextlib
+import contextvars
 from itertools import accumulate
 from typing import NamedTuple
 
@@ -153,6 +155,34 @@ def _varlen(keep, row_lengths, batch, seq_len, cu_seqlens, device, dense=False):
     return VarlenBatch(indices, cu, max_seqlen, bounds, (batch, seq_len), dense_index, dense_mask)
 
 
+# Set by `padded_layout`: encoders run the padded layout, as with `unpad_inputs=False`.
+PADDED_LAYOUT = contextvars.ContextVar("hf_xfmr_padded_layout", default=False)
+
+
+@contextlib.contextmanager
+def padded_layout(active: bool = True):
+    """Within this block (when `active`), `encoder_padding` keeps every batch in the padded layout.
+
+    For a loss that reads outputs at padding positions (labels that are not -100 there): the reference
+    computes real values at those positions, which unpadding would leave as zeros, so the loss then
+    equals the reference's only on the padded path."""
+    token = PADDED_LAYOUT.set(bool(active))
+    try:
+        yield
+    finally:
+        PADDED_LAYOUT.reset(token)
+
+
+def labels_read_padding(labels, attention_mask) -> bool:
+    """Whether per-token `labels` (B, T) put a target (not -100) on a padding position of `attention_mask`
+    (one host read; False under torch.compile, which runs the padded layout anyway)."""
+    if labels is None or attention_mask is None or labels.shape != attention_mask.shape:
+        return False
+    if torch.compiler.is_compiling():
+        return False
+    return bool(((labels != -100) & (attention_mask == 0)).any())
+
+
 def encoder_padding(attention_mask, unpad: bool, dense: bool | None = None, prefix_only: bool = False):
     """How a bidirectional encoder runs a (B, T) batch: `(varlen, mask)`, at most one of them set.
 
@@ -187,7 +217,7 @@ def encoder_padding(attention_mask, unpad: bool, dense: bool | None = None, pref
     row_lengths, first_real = counts[:batch], counts[batch:]
     if all(length == seq_len for length in row_lengths):
         return None, None
-    if not unpad or not all(first_real):
+    if not unpad or PADDED_LAYOUT.get() or not all(first_real):
         return None, padding_mask(attention_mask)
     device = attention_mask.device
     dense = device.type != "cpu" if dense is None else dense

@@ -333,7 +333,7 @@ class CausalLMHead(TaskHead, CheckedGenerationMixin):
         check_labels_shape("labels", labels, _input_shape(input_ids, inputs_embeds))
         out = self.encode(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                           position_ids=position_ids, past_key_values=past_key_values, inputs_embeds=inputs_embeds,
-                          use_cache=use_cache, output_attentions=output_attentions,
+                          use_cache=use_cache, output_attentions=output_attentions, token_labels=labels,
                           output_hidden_states=output_hidden_states, **kwargs)
         chunked = getattr(self.config, "chunked_lm_loss", True) and self.training and labels is not None
         logits, loss = lm_logits_and_loss(

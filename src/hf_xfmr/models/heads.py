@@ -33,6 +33,7 @@ from transformers.modeling_outputs import (
 )
 
 from ..layers.dropout import Dropout
+from ..layers.padding import labels_read_padding, padded_layout
 from .input_checks import check_condition, check_labels_shape, check_tensor
 from .losses import IGNORE_INDEX, sequence_classification_loss, span_loss, token_loss
 
@@ -151,8 +152,13 @@ class TaskHead:
         )
 
     # Shared steps -------------------------------------------------------------------------------
-    def encode(self, **inputs):
-        """Run the backbone on the given inputs (None entries dropped) and return its output object."""
+    def encode(self, token_labels=None, **inputs):
+        """Run the backbone on the given inputs (None entries dropped) and return its output object.
+
+        `token_labels` (B, T), the labels of a per-token loss: where they put a target on a padding position
+        the backbone runs the padded layout, so the loss reads the reference's values there (unpadding
+        would leave zeros)."""
+        padded = labels_read_padding(token_labels, inputs.get("attention_mask"))
         inputs = {name: value for name, value in inputs.items() if value is not None}
         accepted = _forward_parameters(type(self.model))
         unknown = [name for name in inputs if name not in accepted and "**" not in accepted]
@@ -161,7 +167,8 @@ class TaskHead:
                 f"{type(self.model).__name__} does not take {', '.join(f'`{n}`' for n in unknown)}; "
                 f"drop them from the inputs (it accepts: {', '.join(sorted(accepted - {'return_dict'}))})."
             )
-        return self.model(**inputs, return_dict=True)
+        with padded_layout(padded):
+            return self.model(**inputs, return_dict=True)
 
     def task_output(self, output_class, backbone_output, **results):
         """The head's output object: `results` (loss, logits, ...) and the backbone's hidden states and
@@ -237,7 +244,7 @@ class MaskedLMHead(TaskHead):
         """`labels` (B, T): target ids at masked positions, -100 elsewhere."""
         check_labels_shape("labels", labels, _input_shape(input_ids, inputs_embeds))
         out = self.encode(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                          position_ids=position_ids, inputs_embeds=inputs_embeds,
+                          position_ids=position_ids, inputs_embeds=inputs_embeds, token_labels=labels,
                           output_attentions=output_attentions, output_hidden_states=output_hidden_states, **kwargs)
         sparse = bool(getattr(self.config, "sparse_prediction", False)) and self.training
         logits, loss = masked_lm_logits_and_loss(self.lm_head, out.last_hidden_state, labels, sparse,
@@ -289,7 +296,7 @@ class TokenClassificationHead(TaskHead):
         """`labels` (B, T): a class per token, -100 for tokens to ignore (padding, sub-words)."""
         check_labels_shape("labels", labels, _input_shape(input_ids, inputs_embeds))
         out = self.encode(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                          position_ids=position_ids, inputs_embeds=inputs_embeds,
+                          position_ids=position_ids, inputs_embeds=inputs_embeds, token_labels=labels,
                           output_attentions=output_attentions, output_hidden_states=output_hidden_states, **kwargs)
         logits = self.classifier(out.last_hidden_state)  # (B, T, num_labels)
         loss = token_loss(logits, labels) if labels is not None else None

@@ -313,7 +313,7 @@ class XfmrAlbertForPreTraining(TaskHead, XfmrAlbertPreTrainedModel):
             raise ValueError(f"`sentence_order_label` must hold one label per sequence ({source.shape[0]}), "
                              f"got shape {tuple(sentence_order_label.shape)}.")
         out = self.encode(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                          position_ids=position_ids, inputs_embeds=inputs_embeds,
+                          position_ids=position_ids, inputs_embeds=inputs_embeds, token_labels=labels,
                           output_attentions=output_attentions, output_hidden_states=output_hidden_states)
         sparse = self.config.sparse_prediction and self.training
         logits, loss = masked_lm_logits_and_loss(self.lm_head, out.last_hidden_state, labels, sparse)

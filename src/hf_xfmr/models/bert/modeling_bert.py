@@ -299,7 +299,7 @@ class XfmrBertForPreTraining(TaskHead, XfmrBertPreTrainedModel):
         source = input_ids if input_ids is not None else inputs_embeds
         check_labels_shape("labels", labels, None if source is None else tuple(source.shape[:2]))
         out = self.encode(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                          position_ids=position_ids, inputs_embeds=inputs_embeds,
+                          position_ids=position_ids, inputs_embeds=inputs_embeds, token_labels=labels,
                           output_attentions=output_attentions, output_hidden_states=output_hidden_states)
         sparse = self.config.sparse_prediction and self.training
         logits, loss = masked_lm_logits_and_loss(self.lm_head, out.last_hidden_state, labels, sparse)
