@@ -35,6 +35,7 @@ OBJECTIVES = {
     "mlm+nsp": "MLM + next-sentence prediction (BERT's original recipe)",
     "mlm+sop": "MLM + sentence-order prediction (ALBERT)",
     "plm": "permutation language modelling (XLNet)",
+    "plm-mem": "permutation language modelling with memory over contiguous text (XLNet's recipe)",
     "clm": "causal (left-to-right) language modelling",
     "span-corruption": "T5 span corruption",
     "text-infilling": "BART text infilling",

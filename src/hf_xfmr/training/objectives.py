@@ -368,23 +368,62 @@ register_objective(Objective(
 
 
 # ----------------------------------------------------------------------------------------------
-# XLNet: permutation language modelling over contiguous streams, with memory (Yang et al. 2019)
+# XLNet: permutation language modelling (Yang et al. 2019)
 # ----------------------------------------------------------------------------------------------
 
-def _plm_reuse_len(max_seq_length: int) -> int:
-    """XLNet caches the first half of every segment (reuse_len 256 of 512)."""
-    return max_seq_length // 2
+PLM_SEGMENTS = ("blocks", "pairs")
 
 
-def _plm_examples(tokenizer, texts, settings):
-    """Consecutive segments of one token stream (documents joined by <eod>, else <sep>): segment k starts
-    at token k * reuse_len with its reuse block (positions [0, reuse_len), the part cached as memory),
-    and continues with the following text as `[A, <sep>, B, <sep>, <cls>]`, B being A's true continuation.
-    So the memory of segment k is exactly the text that precedes segment k + 1 (XLNet sec. 2.4)."""
-    length = settings.max_seq_length
-    reuse = _plm_reuse_len(length)
+@dataclass(frozen=True)
+class PLMRecipe:
+    """How `pretrain` turns text into XLNet batches. The measurements behind the choices, against
+    transformers' own pipeline, are in docs/learning_parity.md.
+
+    segments: "blocks" (default): every document followed by `<sep> <cls>` (what XLNet's tokenizer appends),
+        all concatenated and cut into rows of `max_seq_length` tokens, one segment per row (no
+        `token_type_ids`), as transformers' `run_plm.py` builds them; "pairs": XLNet's `[A, <sep>, B, <sep>,
+        <cls>]` windows of one stream (documents joined by `<eod>`), B being A's continuation, with segment ids.
+    memory: train with memory (Transformer-XL recurrence, XLNet sec. 2.4): rows are per-row streams in corpus
+        order (`layout="contiguous"`, never shuffled) and the hidden states of each segment are the `mems` of the
+        next one of its row. Off (default): rows are shuffled and every row is trained on its own.
+    reuse: XLNet's reuse block: positions [0, max_seq_length // 2) never attend to the rest of their row,
+        and "pairs" windows start every max_seq_length // 2 tokens (so they overlap by half), so that only the
+        block is cached and the memory of a window is exactly the text before the next one. Needed for memory
+        over "pairs"; without memory it only hides context from half of the row.
+    budget_rounding: `DataCollatorForPLM`'s rounding of each row's 1/6 target budget ("random" keeps the
+        expected number of targets at exactly 1/6 of the tokens, as transformers' collator averages).
+    """
+
+    segments: str = "blocks"
+    memory: bool = False
+    reuse: bool = False
+    budget_rounding: str = "random"
+
+    def __post_init__(self):
+        if self.segments not in PLM_SEGMENTS:
+            raise ValueError(f"PLMRecipe.segments must be one of {PLM_SEGMENTS}, got {self.segments!r}.")
+        if self.memory and self.segments == "pairs" and not self.reuse:
+            raise ValueError("Memory over overlapping [A, <sep>, B, <sep>, <cls>] windows needs the reuse block "
+                             "(reuse=True): otherwise the cached states would hold the next window's text.")
+
+    def reuse_len(self, max_seq_length: int) -> int | None:
+        """The reuse block (XLNet: 256 of 512), or None."""
+        return max_seq_length // 2 if self.reuse else None
+
+    def mem_len(self, max_seq_length: int) -> int | None:
+        """Cached states per layer: the reuse block, else the whole previous row; None without memory."""
+        if not self.memory:
+            return None
+        return self.reuse_len(max_seq_length) or max_seq_length
+
+
+def _plm_pairs(tokenizer, texts, length: int, reuse: int | None) -> list[dict]:
+    """Windows `[A, <sep>, B, <sep>, <cls>]` of one token stream (documents joined by <eod>, else <sep>), B
+    being A's true continuation. With a reuse block, window k starts at token k * reuse (its first `reuse`
+    tokens, all in A, are the part cached as memory), so the memory of window k is exactly the text before
+    window k + 1 (XLNet sec. 2.4); without one, windows follow each other."""
     body = length - 3  # A + B
-    if body < reuse + 2:
+    if body < (reuse or 0) + 2:
         raise ValueError(f"--max_seq_length {length} is too short for XLNet segments (reuse block + A + B + "
                          "<sep> <sep> <cls>); use at least 10.")
     eod = tokenizer.convert_tokens_to_ids("<eod>") if "<eod>" in tokenizer.get_vocab() else tokenizer.sep_token_id
@@ -393,21 +432,24 @@ def _plm_examples(tokenizer, texts, settings):
         if ids:
             stream.extend(ids)
             stream.append(eod)
-    len_a = reuse + (body - reuse) // 2
+    len_a = reuse + (body - reuse) // 2 if reuse else body // 2
     sep, cls = tokenizer.sep_token_id, tokenizer.cls_token_id
-    examples = []
-    for start in range(0, len(stream) - body + 1, reuse):
-        chunk = stream[start:start + body]
-        examples.append({"input_ids": chunk[:len_a] + [sep] + chunk[len_a:] + [sep, cls]})
-    return examples
+    return [{"input_ids": stream[start:start + len_a] + [sep] + stream[start + len_a:start + body] + [sep, cls]}
+            for start in range(0, len(stream) - body + 1, reuse or body)]
 
 
-def _plm_collator(tokenizer, settings):
-    from ..data import DataCollatorForPLM
-
-    # Compact output: per-row ranks and target positions, the model builds its masks (no (B, L, L) tensor).
-    return SeededCollator(DataCollatorForPLM(tokenizer, seq_len=settings.max_seq_length,
-                                             reuse_len=_plm_reuse_len(settings.max_seq_length), compact=True))
+def _plm_blocks(tokenizer, texts, length: int) -> list[dict]:
+    """Documents each followed by `<sep> <cls>`, concatenated, cut into rows of `length` tokens (the tail that
+    does not fill a row is dropped)."""
+    if length < 4:
+        raise ValueError(f"--max_seq_length {length} is too short for permutation language modelling; use at least 4.")
+    tail = [tokenizer.sep_token_id, tokenizer.cls_token_id]
+    stream: list[int] = []
+    for ids in tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]:
+        if ids:
+            stream.extend(ids)
+            stream.extend(tail)
+    return [{"input_ids": stream[i:i + length]} for i in range(0, len(stream) - length + 1, length)]
 
 
 def _plm_step_inputs(batch: dict, state: dict) -> dict:
@@ -425,15 +467,44 @@ def _plm_update_state(batch: dict, outputs, state: dict) -> dict:
     return {"mems": [m.detach().contiguous() for m in mems]}  # one (mem_len, B, d_model) tensor per layer
 
 
-register_objective(Objective(
-    name="plm", description="permutation language modelling with memory over contiguous text (XLNet)",
-    task="causal-lm", build_examples=_plm_examples, make_collator=_plm_collator,
-    required_tokens=("pad_token", "sep_token", "cls_token"), layout="contiguous",
+def plm_objective(recipe: PLMRecipe = PLMRecipe(), name: str = "plm", description: str | None = None) -> Objective:
+    """The permutation-LM objective following `recipe` (see `PLMRecipe`)."""
+
+    def build_examples(tokenizer, texts, settings):
+        length = settings.max_seq_length
+        if recipe.segments == "blocks":
+            return _plm_blocks(tokenizer, texts, length)
+        return _plm_pairs(tokenizer, texts, length, recipe.reuse_len(length))
+
+    def make_collator(tokenizer, settings):
+        from ..data import DataCollatorForPLM
+
+        # Compact output: per-row ranks and target positions, the model builds its masks (no (B, L, L) tensor).
+        return SeededCollator(DataCollatorForPLM(
+            tokenizer, seq_len=settings.max_seq_length, reuse_len=recipe.reuse_len(settings.max_seq_length),
+            budget_rounding=recipe.budget_rounding,
+            return_token_type_ids=recipe.segments == "pairs", compact=True))
+
     # reuse_len / mem_len follow --max_seq_length (a callable default gets the run's arguments).
-    config_defaults={"reuse_len": lambda args: _plm_reuse_len(args.max_seq_length),
-                     "mem_len": lambda args: _plm_reuse_len(args.max_seq_length)},
-    initial_state=_no_state, step_inputs=_plm_step_inputs, update_state=_plm_update_state,
-))
+    config = {"reuse_len": lambda args: recipe.reuse_len(args.max_seq_length)}
+    if recipe.memory:
+        config["mem_len"] = lambda args: recipe.mem_len(args.max_seq_length)
+    hooks = dict(step_inputs=_plm_step_inputs, update_state=_plm_update_state) if recipe.memory else {}
+    if description is None:
+        rows = "contiguous streams with memory" if recipe.memory else "shuffled rows"
+        description = f"permutation language modelling ({rows}, {recipe.segments}) (XLNet)"
+    return Objective(
+        name=name, description=description, task="causal-lm", build_examples=build_examples,
+        make_collator=make_collator, required_tokens=("pad_token", "sep_token", "cls_token"),
+        layout="contiguous" if recipe.memory else "shuffled", config_defaults=config, **hooks)
+
+
+# The default learns fastest per step and token (docs/learning_parity.md); "plm-mem" is XLNet's own recipe:
+# [A, <sep>, B, <sep>, <cls>] windows over contiguous streams, half of each cached as the next one's memory.
+PLM_MEMORY_RECIPE = PLMRecipe(segments="pairs", memory=True, reuse=True, budget_rounding="floor")
+register_objective(plm_objective(PLMRecipe(), "plm", "permutation language modelling on shuffled rows (XLNet)"))
+register_objective(plm_objective(PLM_MEMORY_RECIPE, "plm-mem",
+                                 "permutation language modelling with memory over contiguous text (XLNet's recipe)"))
 
 
 # ----------------------------------------------------------------------------------------------

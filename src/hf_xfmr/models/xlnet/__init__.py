@@ -11,7 +11,7 @@ ARCHITECTURE = register_architecture(Architecture(
     name="xlnet",
     config_class=XfmrXLNetConfig,
     classes={task: cls for task, (_, cls) in CONVERSION.tasks.items()},
-    objectives=("plm",),
+    objectives=("plm", "plm-mem"),
 ))
 register_conversion(CONVERSION)
 
