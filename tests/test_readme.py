@@ -80,10 +80,32 @@ def test_loading_existing_checkpoints_snippet(tiny_bert_folders):
     from hf_xfmr.models.conversion import ConversionWarning
 
     with pytest.warns(ConversionWarning, match=r"randomly initialised: .*classifier\.weight"):
-        namespace = run_checking_comments(snippet('XfmrBertForSequenceClassification.from_pretrained("google-bert'))
+        namespace = run_checking_comments(snippet('mlm = hf_xfmr.from_transformers("google-bert'))
     assert namespace["_checked"] == 1  # mlm is the XfmrBertForMaskedLM its comment says
     assert type(namespace["clf"]).__name__ == "XfmrBertForSequenceClassification"
     assert namespace["clf"].config.num_labels == 2
+
+
+def test_drop_in_trainer_snippet(tiny_bert_folders):
+    """The README's first snippet as written: a transformers BERT folder (its repo id names a local folder
+    here) with its tokenizer, converted on load into our class, then one Trainer epoch on a CSV."""
+    from hf_xfmr.data.tokenizers import train_tokenizer
+    from hf_xfmr.models.conversion import ConversionWarning
+
+    texts = [f"the film was {w} and the plot {v}" for w in ("good", "bad", "fine", "dull") for v in ("works", "fails")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the small corpus supplies fewer tokens than asked for
+        tokenizer = train_tokenizer("bert", corpus=texts, vocab_size=99)
+    assert len(tokenizer) <= 99  # the tiny checkpoint's vocabulary
+    tokenizer.save_pretrained(tiny_bert_folders / "google-bert/bert-base-uncased")
+    (tiny_bert_folders / "train.csv").write_text(
+        "text,label\n" + "".join(f"{t},{i % 2}\n" for i, t in enumerate(texts * 2)))
+    with pytest.warns(ConversionWarning, match=r"randomly initialised: .*classifier\.weight"):
+        namespace = run_checking_comments(snippet("trainer.train()"))
+    model, trainer = namespace["model"], namespace["trainer"]
+    assert type(model).__name__ == "XfmrBertForSequenceClassification" and model.config.num_labels == 2
+    assert trainer.state.global_step > 0 and trainer.state.epoch == 1
+    assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
 def test_data_snippet(monkeypatch):
