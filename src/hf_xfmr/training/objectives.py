@@ -32,7 +32,8 @@ the longest target so the pretraining loop checks that a full-length input AND t
 
 Stateful objectives (the hook interface)
 ----------------------------------------
-XLNet's own recipe (`plm-mem`) trains with a memory: the hidden states of the previous segment are the `mems` of the next, so
+XLNet's own recipe (`plm-mem`) trains with a memory: the hidden states of the previous segment are the
+`mems` of the next, so
 batch row j at step t+1 must hold the text that follows row j of step t. Such an objective declares
 `layout="contiguous"`: the loop then cuts the training text into `rows` parallel streams (one per row of
 the global batch, Transformer-XL's "batchify") and never shuffles them; micro-batch k holds segment k of
