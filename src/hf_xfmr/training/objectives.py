@@ -129,6 +129,9 @@ class Objective:
     step_inputs: Callable[[dict, dict], dict] = _batch_as_inputs
     update_state: Callable[[dict, Any, dict], dict] = _keep_state
     decoder_length: Callable[[ObjectiveSettings], int] | None = None
+    # Some parameters take no part in a step (XLNet's segment parameters when rows carry no token types):
+    # DDP must then look for unused parameters after each backward, or it fails at the next step.
+    unused_parameters: bool = False
 
     def __post_init__(self):
         if self.layout not in LAYOUTS:
@@ -497,7 +500,8 @@ def plm_objective(recipe: PLMRecipe = PLMRecipe(), name: str = "plm", descriptio
     return Objective(
         name=name, description=description, task="causal-lm", build_examples=build_examples,
         make_collator=make_collator, required_tokens=("pad_token", "sep_token", "cls_token"),
-        layout="contiguous" if recipe.memory else "shuffled", config_defaults=config, **hooks)
+        layout="contiguous" if recipe.memory else "shuffled", config_defaults=config,
+        unused_parameters=recipe.segments != "pairs", **hooks)
 
 
 # The default learns fastest per step and token (docs/learning_parity.md); "plm-mem" is XLNet's own recipe:

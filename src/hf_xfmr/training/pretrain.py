@@ -227,6 +227,10 @@ def make_accelerator(args: PretrainArguments):
     timeout = timedelta(seconds=args.ddp_timeout)
     handlers = [InitProcessGroupKwargs(backend="gloo", timeout=timeout) if cpu else InitProcessGroupKwargs(
         timeout=timeout)] if launched > 1 else []
+    if launched > 1 and resolve_objective(args)[1].unused_parameters:
+        from accelerate.utils import DistributedDataParallelKwargs
+
+        handlers.append(DistributedDataParallelKwargs(find_unused_parameters=True))
     mixed = args.mixed_precision if args.mixed_precision != "no" else None
     # Accelerate keeps its state in process-wide singletons: forget the previous run's settings (mixed
     # precision, DeepSpeed plugin) so `pretrain` can be called again in the same process. The process
