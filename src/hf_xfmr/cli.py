@@ -45,20 +45,6 @@ def _add_parser(subparsers, name: str, *, help: str, description: str, epilog: s
 # hf-xfmr convert
 # ----------------------------------------------------------------------------------------------
 
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.txt",
-    "vocab.json",
-    "merges.txt",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-    "tokenizer.model",
-    "chat_template.jinja",
-)
-
 
 def _read_config(src: Path) -> dict[str, Any]:
     if not src.exists():
@@ -165,6 +151,8 @@ def _run_convert(args: argparse.Namespace) -> int:
     try:
         out.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(out)
+        from hf_xfmr.models.hub_loading import TOKENIZER_FILES
+
         copied = [name for name in TOKENIZER_FILES if (src / name).is_file()]
         for name in copied:
             shutil.copy2(src / name, out / name)
@@ -677,6 +665,8 @@ def _run_export(args: argparse.Namespace) -> int:
 
     tokenizer_path = Path(args.tokenizer) if args.tokenizer else src
     tokenizer = None
+    from hf_xfmr.models.hub_loading import TOKENIZER_FILES
+
     if args.tokenizer or any((src / name).is_file() for name in TOKENIZER_FILES):
         from transformers import AutoTokenizer
 
