@@ -167,8 +167,10 @@ class TaskHead:
                 f"{type(self.model).__name__} does not take {', '.join(f'`{n}`' for n in unknown)}; "
                 f"drop them from the inputs (it accepts: {', '.join(sorted(accepted - {'return_dict'}))})."
             )
-        with padded_layout(padded):
-            return self.model(**inputs, return_dict=True)
+        if padded:  # (never under torch.compile: labels_read_padding is False there)
+            with padded_layout():
+                return self.model(**inputs, return_dict=True)
+        return self.model(**inputs, return_dict=True)
 
     def task_output(self, output_class, backbone_output, **results):
         """The head's output object: `results` (loss, logits, ...) and the backbone's hidden states and

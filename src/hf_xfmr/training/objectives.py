@@ -12,6 +12,7 @@ An `Objective` says everything the pretraining loop needs to train an architectu
 | `metrics`        | extra evaluation counts (next-sentence / sentence-order accuracy, ...)     |
 | `layout`         | "shuffled" examples, or "contiguous" per-row streams (Transformer-XL/XLNet) |
 | `decoder_length` | encoder-decoders: the longest target a batch can have (length check)        |
+| `unused_parameters` | some parameters get no gradient in a step: DDP looks for them (XLNet `plm`) |
 | state hooks      | `initial_state` / `step_inputs` / `update_state`, for objectives that carry |
 |                  | state from one step to the next (XLNet's memory)                           |
 
