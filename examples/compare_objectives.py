@@ -25,7 +25,7 @@ objective predicts different tokens, so these compare runs of one objective, not
 test accuracy, mean and spread over the finetuning seeds, pretrained and from random weights (these compare
 objectives). A finetuning run that stays at chance is counted ("stuck").
 
-    python examples/compare_objectives.py                  # about 15 minutes on 2 quiet CPU cores
+    python examples/compare_objectives.py                  # 13-18 minutes on 2 CPU cores
     python examples/compare_objectives.py --runs bert:mlm,xlnet:plm,gpt:clm --seeds 5
 
 Pretraining and finetuning runs go to `--jobs` worker processes of one thread each (tiny models keep one core
