@@ -13,6 +13,8 @@ import warnings
 
 import pytest
 import torch
+
+from tests.cli_run import run_cli
 import transformers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, pipeline
 
@@ -149,15 +151,6 @@ def test_export_saves_a_tokenizer_the_model_takes(tmp_path, tokenizers):
     assert len(pipe(f"the {bert_tok.mask_token} of a list", top_k=2)) == 2
 
 
-def run_cli(argv, capsys):
-    from hf_xfmr import cli
-
-    try:
-        status = cli.main(argv)
-    except SystemExit as exit_:
-        status = exit_.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def test_pretrained_distilbert_folder_fills_masks_and_finetunes(tmp_path, capsys, documents):

@@ -7,6 +7,8 @@ import logging
 
 import pytest
 import torch
+
+from tests.cli_run import run_cli as run
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file, save_file
 
@@ -20,13 +22,6 @@ QUICK = ["--max_steps", "2", "--eval_steps", "2", "--use_cpu", "--disable_tqdm",
          "--per_device_train_batch_size", "8", "--learning_rate", "5e-3"]
 
 
-def run(argv, capsys):
-    try:
-        status = cli.main(argv)
-    except SystemExit as exit_:
-        status = exit_.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def write_csv(path, rows, extra_lines=""):
