@@ -79,6 +79,15 @@ _TEMPLATES = {
 }
 
 
+def tokenizer_aliases() -> dict[str, tuple[str, str | None]]:
+    """Every name `train_tokenizer` accepts as `kind`, mapped to its (kind, default style).
+
+    Architecture names (bert, xlnet, gpt, ...) map to their own recipe; the plain kinds (wordpiece, unigram,
+    bpe) map to themselves with no style. A copy: callers may read it to check a name before training.
+    """
+    return dict(_ALIASES)
+
+
 def _resolve(kind: str, style: str | None) -> tuple[str, str]:
     key = kind.lower()
     if key not in _ALIASES:
