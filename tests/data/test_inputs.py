@@ -12,7 +12,7 @@ from hf_xfmr.data import (
     DataCollatorForSpanCorruption,
     tokenize_for_mlm,
 )
-from hf_xfmr.data._common import pad_ragged
+from hf_xfmr.data.collation import pad_ragged
 
 
 @pytest.fixture(scope="module")

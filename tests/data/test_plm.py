@@ -280,7 +280,7 @@ def test_input_kinds_give_identical_batches(xlnet_tok, texts, lengths):
 def test_pad_ragged_numpy_paths_agree():
     import numpy as np
 
-    from hf_xfmr.data._common import _list_rows_to_array, pad_ragged, pad_ragged_numpy
+    from hf_xfmr.data.collation import _list_rows_to_array, pad_ragged, pad_ragged_numpy
 
     rows = [[5, 6, 7, 2**40], [1, 2, 3, 4]]
     assert np.array_equal(_list_rows_to_array(rows, 2, 4, np.int64), np.array(rows))

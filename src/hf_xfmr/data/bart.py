@@ -25,7 +25,7 @@ Shapes: B batch, L text tokens (longest row), K drawn spans per row, N = L - m +
 import numpy as np
 import torch
 
-from ._common import IGNORE_INDEX, SeededMixin, pad_ragged_numpy, read_features
+from .collation import IGNORE_INDEX, SeededMixin, pad_ragged_numpy, read_features
 
 
 def check_infilling_settings(mask_ratio, poisson_lambda) -> None:

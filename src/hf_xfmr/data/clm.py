@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._common import (
+from .collation import (
     IGNORE_INDEX,
     SeededMixin,
     cu_seqlens_from_positions,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._common import (
+from .collation import (
     IGNORE_INDEX,
     intra_op_threads,
     SeededMixin,

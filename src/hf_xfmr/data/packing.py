@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ._common import pad_ragged
+from .collation import pad_ragged
 
 
 def best_fit_bins(lengths: Sequence[int], max_len: int) -> list[list[int]]:

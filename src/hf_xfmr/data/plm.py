@@ -56,7 +56,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ._common import (
+from .collation import (
     IGNORE_INDEX,
     SeededMixin,
     intra_op_threads,

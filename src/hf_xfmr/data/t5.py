@@ -24,7 +24,7 @@ over distinct row lengths. The numpy generator is seeded from torch's per batch,
 import numpy as np
 import torch
 
-from ._common import IGNORE_INDEX, SeededMixin, pad_ragged_numpy, read_features
+from .collation import IGNORE_INDEX, SeededMixin, pad_ragged_numpy, read_features
 
 
 def _span_counts(length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
