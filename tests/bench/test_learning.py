@@ -69,7 +69,7 @@ def test_evaluation_sets_are_each_pipelines_own_batches(plm_data):
     compact = objective.make_collator(tok, ObjectiveSettings(max_seq_length=L))
     from datasets import Dataset
 
-    from hf_xfmr.training.data import build_examples, eval_batches
+    from hf_xfmr.training.batches import build_examples, eval_batches
 
     examples = build_examples(objective, tok, Dataset.from_dict({"text": plm_data.eval_texts}),
                               ObjectiveSettings(max_seq_length=L))

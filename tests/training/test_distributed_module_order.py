@@ -18,7 +18,7 @@ import hf_xfmr  # noqa: F401  (registers every architecture)
 from hf_xfmr.data import default_corpus, train_tokenizer
 from hf_xfmr.models import architectures
 from hf_xfmr.training import PretrainArguments, get_objective
-from hf_xfmr.training.data import count_targets
+from hf_xfmr.training.batches import count_targets
 from hf_xfmr.training.objectives import ObjectiveSettings
 from hf_xfmr.training.pretrain import _zero_loss, build_config
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hf_xfmr.training import PretrainArguments, PretrainCallback, pretrain, read_log
-from hf_xfmr.training.data import BatchPlan, train_batches
+from hf_xfmr.training.batches import BatchPlan, train_batches
 from hf_xfmr.training.logs import RunLog
 
 

@@ -94,7 +94,7 @@ class Forwards(PretrainCallback):
 
 
 def test_default_recipe_trains_shuffled_rows_without_memory_and_evaluates_alike(xlnet_tokenizer, tmp_path):
-    from hf_xfmr.training.data import BatchPlan
+    from hf_xfmr.training.batches import BatchPlan
 
     recorder, forwards = Recorder(), Forwards()
     result = pretrain(_args(xlnet_tokenizer, tmp_path / "out"), callbacks=[recorder, forwards])
@@ -105,7 +105,7 @@ def test_default_recipe_trains_shuffled_rows_without_memory_and_evaluates_alike(
     from transformers import AutoTokenizer
 
     from hf_xfmr.data import load_corpus
-    from hf_xfmr.training.data import build_examples, split_documents
+    from hf_xfmr.training.batches import build_examples, split_documents
 
     tok = AutoTokenizer.from_pretrained(xlnet_tokenizer)
     train_docs, _ = split_documents(load_corpus(None, max_documents=40), 0.1, 42)

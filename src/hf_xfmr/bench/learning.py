@@ -177,7 +177,7 @@ def split_corpus(settings: LearningSettings) -> tuple[list[str], list[str]]:
 
     from ..data import default_corpus
     from ..data.corpus import document_text
-    from ..training.data import split_documents
+    from ..training.batches import split_documents
 
     texts = [document_text(d) for d in default_corpus(max_documents=settings.max_documents)]
     texts = [t for t in texts if t.strip()]
@@ -223,7 +223,7 @@ def our_eval_set(data: CaseData, objective=None, streams: bool = False) -> list[
     from datasets import Dataset
 
     from ..training import get_objective
-    from ..training.data import build_examples, eval_batches
+    from ..training.batches import build_examples, eval_batches
     from ..training.objectives import ObjectiveSettings
 
     s = data.settings
@@ -285,7 +285,7 @@ class EvalSet:
 def stream_batches(examples, rows: int, collator, seed: int) -> list[dict]:
     """Examples in corpus order as `rows` contiguous streams: batch j holds segment j of every stream
     (the layout `pretrain` trains a memory objective on); masks from fixed seeds."""
-    from ..training.data import mix_seed
+    from ..training.batches import mix_seed
 
     per_stream = len(examples) // rows
     if per_stream < 2:

@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models.losses import token_loss
+from .batches import to_device
 
 # Student architectures `init_student_from_teacher` can build other than the teacher's own, with the
 # teachers whose weights they take by name. DistilBERT numbers positions from 0 and has no token types,
@@ -484,10 +485,6 @@ def _batches(sequences, collator, batch_size, generator):
             yield collator([{"input_ids": sequences[i]} for i in order[start:start + batch_size]])
 
 
-def _to(batch, device):
-    return {k: v.to(device) for k, v in batch.items()}
-
-
 def distill(args: DistillArguments) -> DistillResult:
     """Train a student against a teacher with the DistilBERT recipe; see the module docstring."""
     from transformers import AutoTokenizer, get_linear_schedule_with_warmup
@@ -535,7 +532,7 @@ def distill(args: DistillArguments) -> DistillResult:
     eval_seqs = [sequences[i] for i in order[:held_out]]
     train_seqs = [sequences[i] for i in order[held_out:]]
     eval_collator = DataCollatorForMLM(tokenizer, mlm_probability=args.mlm_probability, seed=args.seed + 1)
-    eval_batches = [_to(eval_collator([{"input_ids": s} for s in eval_seqs[i:i + args.batch_size]]), device)
+    eval_batches = [to_device(eval_collator([{"input_ids": s} for s in eval_seqs[i:i + args.batch_size]]), device)
                     for i in range(0, len(eval_seqs), args.batch_size)]
     collator = DataCollatorForMLM(tokenizer, mlm_probability=args.mlm_probability, seed=args.seed)
     batches = _batches(train_seqs, collator, args.batch_size, generator)
@@ -559,7 +556,7 @@ def distill(args: DistillArguments) -> DistillResult:
     for step in range(1, args.max_steps + 1):
         totals = dict(loss=0.0, ce=0.0, mlm=0.0, cos=0.0)
         for _ in range(args.gradient_accumulation_steps):
-            batch = _to(next(batches), device)
+            batch = to_device(next(batches), device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
                 with torch.no_grad():
                     t_logits, t_hidden = _forward(teacher, batch)

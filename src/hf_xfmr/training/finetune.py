@@ -962,6 +962,8 @@ def _preflight(model, collator, features, task: str) -> None:
     position table, token types the model lacks, ...) fails now with a clear message, not mid-training."""
     import torch
 
+    from .batches import to_device
+
     lengths = [len(ids) for ids in features["input_ids"]]
     longest = sorted(range(len(lengths)), key=lambda i: -lengths[i])[:2]
     batch = collator([features[i] for i in longest])
@@ -969,7 +971,7 @@ def _preflight(model, collator, features, task: str) -> None:
     model.eval()
     try:
         with torch.no_grad():
-            model(**{k: v.to(model.device) for k, v in batch.items()})
+            model(**to_device(batch, model.device))
     except (ValueError, IndexError, RuntimeError) as err:
         raise FinetuneError(f"The model cannot run on the tokenized {task} data (longest rows: {max(lengths)} "
                             f"tokens): {err}") from None

@@ -40,7 +40,7 @@ import torch
 
 from . import checkpoint as ckpt
 from .arguments import PretrainArguments
-from .data import (
+from .batches import (
     BatchPlan,
     StreamBatches,
     build_examples,
@@ -49,6 +49,7 @@ from .data import (
     eval_batches,
     split_documents,
     take_documents,
+    to_device,
     train_batches,
 )
 from .logs import LOG_FILE, RunLog
@@ -433,16 +434,6 @@ def _zero3_init() -> bool:
     return is_deepspeed_zero3_enabled()
 
 
-def _to_device(value, device):
-    if torch.is_tensor(value):
-        return value.to(device)
-    if isinstance(value, dict):
-        return {k: _to_device(v, device) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_device(v, device) for v in value)
-    return value
-
-
 def _zero_loss(outputs) -> torch.Tensor:
     """A zero whose backward pass is that of a batch with targets: a batch without targets still runs
     backward, so every process takes part in the gradient collectives, and its gradients are exactly zero.
@@ -480,8 +471,8 @@ def evaluate(run: PretrainRun, batches: list) -> dict[str, float]:
     histogram = torch.zeros(accelerator.unwrap_model(model).config.vocab_size, dtype=torch.float64)
     try:
         for batch, counts in batches:
-            batch = _to_device(batch, accelerator.device)
-            inputs = objective.step_inputs(batch, _to_device(objective.initial_state(len(batch["input_ids"])),
+            batch = to_device(batch, accelerator.device)
+            inputs = objective.step_inputs(batch, to_device(objective.initial_state(len(batch["input_ids"])),
                                                              accelerator.device))
             outputs = model(**inputs)
             if not counts:
@@ -675,7 +666,7 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
                                world, rank, args.seed, data_state)
         batches = iter(stream)
     if resume_path is None or (objective.stateful and not run.objective_state):
-        run.objective_state = _to_device(objective.initial_state(args.per_device_train_batch_size), accelerator.device)
+        run.objective_state = to_device(objective.initial_state(args.per_device_train_batch_size), accelerator.device)
     eval_list = None
     if eval_examples is not None and len(eval_examples):
         eval_list = eval_batches(eval_examples, args.eval_batch_size, world, rank, collator, args.seed,
@@ -706,9 +697,9 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
             for i in range(n_micro):
                 m, batch = next(batches)
                 if objective.layout == "contiguous" and plan is not None and m % plan.per_epoch == 0 and m > 0:
-                    run.objective_state = _to_device(objective.initial_state(args.per_device_train_batch_size),
+                    run.objective_state = to_device(objective.initial_state(args.per_device_train_batch_size),
                                                      accelerator.device)  # the streams start over
-                batch = _to_device(batch, accelerator.device)
+                batch = to_device(batch, accelerator.device)
                 for callback in callbacks:
                     callback.on_micro_batch(run, batch)
                 last = i == n_micro - 1

@@ -1,4 +1,4 @@
-"""Pretraining data: documents -> examples -> deterministic micro-batches.
+"""Pretraining batches: documents -> examples -> deterministic micro-batches.
 
 Determinism is what makes `--resume` exact without replaying the data:
 
@@ -18,7 +18,7 @@ documents of the finished chunks and the micro-batches already taken from the cu
 """
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -291,6 +291,19 @@ def count_tokens(batch: dict) -> int:
     if mask is not None and mask.dim() == 2:
         return int(mask.sum())
     return int(batch["input_ids"].numel())
+
+
+def to_device(value, device):
+    """`value` with every tensor in it moved to `device`: a tensor, or mappings (a dict, a `BatchEncoding`;
+    returned as a dict) and lists / tuples of them, nested. Anything else is returned as it is. The one
+    "batch to the device" helper of pretrain, finetune and distill."""
+    if torch.is_tensor(value):
+        return value.to(device)
+    if isinstance(value, Mapping):
+        return {k: to_device(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_device(v, device) for v in value)
+    return value
 
 
 def count_targets(batch: dict) -> int:
