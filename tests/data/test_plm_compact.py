@@ -8,7 +8,7 @@ from torch.testing import assert_close
 
 import hf_xfmr
 from hf_xfmr.data import DataCollatorForPLM
-from hf_xfmr.layers.relative import permutation_hidden
+from hf_xfmr.layers.relative_xl import permutation_hidden
 
 from .test_plm import make_examples
 

@@ -11,7 +11,7 @@ from torch.testing import assert_close
 
 from hf_xfmr.layers.dropout import dropout
 from hf_xfmr.layers.fused_dropout import attention_with_dropout, relu_dropout
-from hf_xfmr.layers.relative import rel_shift
+from hf_xfmr.layers.relative_xl import rel_shift
 
 
 @pytest.fixture(autouse=True)

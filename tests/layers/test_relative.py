@@ -1,10 +1,10 @@
-"""layers/relative.py: the relative shift (strided view) and its gather form against the definition,
+"""layers/relative_xl.py: the relative shift (strided view) and its gather form against the definition,
 the folded segment term against the plain one, permutation masks from ranks, causal masks."""
 
 import torch
 from torch.testing import assert_close
 
-from hf_xfmr.layers.relative import (
+from hf_xfmr.layers.relative_xl import (
     causal_hidden,
     permutation_hidden,
     rel_gather,

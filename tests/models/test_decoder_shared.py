@@ -1,4 +1,4 @@
-"""The shared decoder pieces every generative model reuses (models/generation.py, the decoder mask in
+"""The shared decoder pieces every generative model reuses (models/generation.py, causal_lm.py, the decoder mask in
 layers/masks.py, tensor rules in models/conversion.py), tested on their own, with hand-computed cases."""
 
 import types
@@ -12,10 +12,10 @@ from transformers import DynamicCache, EncoderDecoderCache, GenerationConfig
 
 from hf_xfmr.layers.masks import decoder_attention_mask
 from hf_xfmr.models.conversion import Conversion, TensorRule, transpose
+from hf_xfmr.models.causal_lm import lm_logits_and_loss
 from hf_xfmr.models.generation import (
     check_generate_arguments,
     decoder_position_ids,
-    lm_logits_and_loss,
     packed_document_ids,
     prepare_cache,
 )

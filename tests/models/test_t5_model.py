@@ -9,7 +9,7 @@ from torch.testing import assert_close
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 import hf_xfmr
-from hf_xfmr.layers.relative_bias import relative_position_bucket
+from hf_xfmr.layers.relative_t5 import relative_position_bucket
 from hf_xfmr.models.seq2seq import shift_tokens_right
 from hf_xfmr.models.t5 import (
     XfmrT5Config,

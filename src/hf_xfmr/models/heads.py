@@ -198,7 +198,8 @@ def _forward_parameters(model_class) -> frozenset:
     return _PARAMETERS[model_class]
 
 
-def _input_shape(input_ids, inputs_embeds):
+def input_shape(input_ids, inputs_embeds):
+    """(B, T) of the inputs (token ids or embeddings), None without either; rejects non-tensors."""
     check_tensor("input_ids", input_ids)  # the heads' first look at the inputs: tensors only
     check_tensor("inputs_embeds", inputs_embeds)
     source = input_ids if input_ids is not None else inputs_embeds
@@ -244,7 +245,7 @@ class MaskedLMHead(TaskHead):
                 inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
                 return_dict=None, num_items_in_batch=None, **kwargs):
         """`labels` (B, T): target ids at masked positions, -100 elsewhere."""
-        check_labels_shape("labels", labels, _input_shape(input_ids, inputs_embeds))
+        check_labels_shape("labels", labels, input_shape(input_ids, inputs_embeds))
         out = self.encode(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                           position_ids=position_ids, inputs_embeds=inputs_embeds, token_labels=labels,
                           output_attentions=output_attentions, output_hidden_states=output_hidden_states, **kwargs)
@@ -267,7 +268,7 @@ class SequenceClassificationHead(TaskHead):
                 inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
                 return_dict=None, **kwargs):
         """`labels` (B,): class ids, or floats for regression; (B, num_labels) multi-hot for multi-label."""
-        shape = _input_shape(input_ids, inputs_embeds)
+        shape = input_shape(input_ids, inputs_embeds)
         if labels is not None and shape is not None and labels.shape[0] != shape[0]:
             raise ValueError(
                 f"`labels` has {labels.shape[0]} rows but the batch has {shape[0]}; pass one label per sequence."
@@ -296,7 +297,7 @@ class TokenClassificationHead(TaskHead):
                 inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
                 return_dict=None, **kwargs):
         """`labels` (B, T): a class per token, -100 for tokens to ignore (padding, sub-words)."""
-        check_labels_shape("labels", labels, _input_shape(input_ids, inputs_embeds))
+        check_labels_shape("labels", labels, input_shape(input_ids, inputs_embeds))
         out = self.encode(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                           position_ids=position_ids, inputs_embeds=inputs_embeds, token_labels=labels,
                           output_attentions=output_attentions, output_hidden_states=output_hidden_states, **kwargs)
@@ -335,7 +336,7 @@ class QuestionAnsweringHead(TaskHead):
                 inputs_embeds=None, start_positions=None, end_positions=None, output_attentions=None,
                 output_hidden_states=None, return_dict=None, **kwargs):
         """`start_positions` / `end_positions` (B,): token indices of the answer span."""
-        shape = _input_shape(input_ids, inputs_embeds)
+        shape = input_shape(input_ids, inputs_embeds)
         for name, positions in (("start_positions", start_positions), ("end_positions", end_positions)):
             if positions is not None and shape is not None and positions.reshape(-1).shape[0] != shape[0]:
                 raise ValueError(f"`{name}` must hold one index per sequence ({shape[0]}), "

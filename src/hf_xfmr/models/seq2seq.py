@@ -40,7 +40,8 @@ from transformers.modeling_outputs import (
 )
 
 from ..layers.dropout import Dropout
-from .generation import CheckedGenerationMixin, lm_logits_and_loss
+from .causal_lm import lm_logits_and_loss
+from .generation import CheckedGenerationMixin
 from .heads import TaskHead
 from .input_checks import check_id_dtype, check_tensor
 from .losses import IGNORE_INDEX

@@ -53,8 +53,8 @@ from ...layers.init import normal_init_
 from ...layers.masks import causal_mask, decoder_attention_mask
 from ...layers.mlp import get_activation
 from ...layers.padding import encoder_padding
+from ..causal_lm import CausalLMHead
 from ..generation import (
-    CausalLMHead,
     cached_length,
     check_decoder_mask,
     decoder_position_ids,
@@ -429,7 +429,7 @@ class XfmrBartDecoderModel(XfmrBartPreTrainedModel):
         return output if return_dict else output.to_tuple()
 
 
-# -- heads (shared machinery in models/heads.py, models/seq2seq.py and models/generation.py) ---------
+# -- heads (shared machinery in models/heads.py, models/seq2seq.py and models/causal_lm.py) ----------
 class XfmrBartForConditionalGeneration(Seq2SeqLMHead, XfmrBartPreTrainedModel):
     """Sequence-to-sequence LM: decoder output -> `lm_head` (tied to `shared`) + `final_logits_bias`; `generate()`."""
 

@@ -50,8 +50,8 @@ from ...layers.init import normal_init_
 from ...layers.masks import decoder_attention_mask
 from ...layers.mlp import MLP
 from ...layers.padding import encoder_padding
+from ..causal_lm import CausalLMHead
 from ..generation import (
-    CausalLMHead,
     cached_length,
     check_decoder_mask,
     decoder_position_ids,
@@ -289,7 +289,7 @@ class XfmrGPTModel(XfmrGPTPreTrainedModel):
         return output if return_dict else output.to_tuple()
 
 
-# -- heads (shared machinery in models/heads.py and models/generation.py) ----------------------------
+# -- heads (shared machinery in models/heads.py and models/causal_lm.py) -----------------------------
 class XfmrGPTForCausalLM(CausalLMHead, XfmrGPTPreTrainedModel):
     """Language model: `lm_head` tied to the token embeddings; `generate()` with a key/value cache."""
 

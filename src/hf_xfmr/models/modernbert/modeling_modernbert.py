@@ -50,7 +50,7 @@ from ..heads import (
     QuestionAnsweringHead,
     SequenceClassificationHead,
     TokenClassificationHead,
-    _input_shape,
+    input_shape,
     pool_first,
     pool_mean,
 )
@@ -399,7 +399,7 @@ class XfmrModernBertForMaskedLM(MaskedLMHead, XfmrModernBertPreTrainedModel):
         if not (self.config.chunked_lm_loss and self.training and labels is not None):
             return super().forward(labels=labels, return_dict=return_dict, num_items_in_batch=num_items_in_batch,
                                    **inputs)
-        check_labels_shape("labels", labels, _input_shape(input_ids, inputs_embeds))
+        check_labels_shape("labels", labels, input_shape(input_ids, inputs_embeds))
         out = self.encode(**inputs)
         labels = labels.reshape(-1)
         keep = (labels != IGNORE_INDEX).nonzero().squeeze(1)  # (N,) labelled positions

@@ -47,7 +47,7 @@ from ...layers.masks import causal_mask
 from ...layers.mlp import GLU, get_activation
 from ...layers.norms import RMSNorm
 from ...layers.padding import encoder_padding
-from ...layers.relative_bias import relative_position_bias
+from ...layers.relative_t5 import relative_position_bias
 from ..generation import cached_length, prepare_cache
 from ..heads import QuestionAnsweringHead, SequenceClassificationHead, TokenClassificationHead
 from ..input_checks import check_attention_mask, check_encoder_inputs, check_tensor

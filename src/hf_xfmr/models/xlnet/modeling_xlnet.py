@@ -54,7 +54,7 @@ from transformers.utils import ModelOutput
 from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
 from ...layers.mlp import get_activation
-from ...layers.relative import (
+from ...layers.relative_xl import (
     additive_mask,
     causal_hidden,
     permutation_hidden,
@@ -63,7 +63,7 @@ from ...layers.relative import (
     segment_query_features,
     sinusoid_table,
 )
-from ..generation import lm_logits_and_loss
+from ..causal_lm import lm_logits_and_loss
 from ..heads import (
     MultipleChoiceHead,
     QuestionAnsweringHead,
@@ -393,7 +393,7 @@ class XfmrXLNetModel(XfmrXLNetPreTrainedModel):
         """Inputs as `XLNetModel`, plus the compact forms of the permutation inputs:
 
         perm_mask (B, L, L): 1/True = i may not attend to j.  perm_ranks (B, L): -1 for positions all may
-        see, k >= 0 for the k-th target of the factorization order (see layers.relative.permutation_hidden);
+        see, k >= 0 for the k-th target of the factorization order (see layers.relative_xl.permutation_hidden);
         with config.reuse_len, positions before reuse_len never see later ones.
         target_mapping (B, P, L): one-hot rows at the predicted positions. target_positions (B, P): those
         positions directly, -1 for an unused slot. mems: per layer (M, B, C), as returned last time.
