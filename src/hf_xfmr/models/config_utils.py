@@ -15,9 +15,12 @@ import contextvars
 import dataclasses
 import difflib
 import warnings
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 from transformers import GenerationConfig, PretrainedConfig
+
+# Feed-forward activations every architecture accepts by name (`layers.mlp.get_activation` builds them).
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 
 
 def check_positive_int(name: str, value: Any) -> None:
@@ -116,6 +119,45 @@ def preset_kwargs(presets: dict, name: str, overrides: dict) -> dict:
     return kwargs
 
 
+@dataclasses.dataclass(frozen=True)
+class FieldChecks:
+    """The value checks a config declares, by field name; each error names the field, the value and what
+    would be valid (the `check_*` functions above). `XfmrPretrainedConfig` runs them in the order of the
+    attributes below, then the config's own `check_own_fields`, and the special-token ids last (so an
+    architecture's own id checks, e.g. "a single eos id, not a list", come first)."""
+
+    positive_ints: tuple = ()
+    optional_positive_ints: tuple = ()  # None, or a positive integer
+    head_splits: tuple = ()  # (width field, head-count field) pairs: the width must split evenly into heads
+    choices: Mapping = dataclasses.field(default_factory=dict)  # field -> its valid values
+    probabilities: tuple = ()
+    optional_probabilities: tuple = ()  # None (the config falls back to another rate), or a probability
+    positive_floats: tuple = ()
+    token_ids: tuple = ("pad_token_id", "bos_token_id", "eos_token_id")  # None, or an id in [0, vocab_size)
+
+    def check_values(self, config) -> None:
+        """Every declared check except the special-token ids."""
+        for name in self.positive_ints:
+            check_positive_int(name, getattr(config, name))
+        for name in self.optional_positive_ints:
+            if getattr(config, name) is not None:
+                check_positive_int(name, getattr(config, name))
+        for width, heads in self.head_splits:
+            check_divisible(width, getattr(config, width), heads, getattr(config, heads))
+        for name, valid in self.choices.items():
+            check_choice(name, getattr(config, name), valid)
+        for name in self.probabilities:
+            check_probability(name, getattr(config, name))
+        for name in self.optional_probabilities:
+            check_probability(name, getattr(config, name), allow_none=True)
+        for name in self.positive_floats:
+            check_positive_float(name, getattr(config, name))
+
+    def check_token_ids(self, config) -> None:
+        for name in self.token_ids:
+            check_token_id(name, getattr(config, name), config.vocab_size)
+
+
 # -- keyword arguments --------------------------------------------------------------------------------
 def _settable_properties(cls) -> set:
     return {name for klass in cls.__mro__ for name, value in vars(klass).items()
@@ -168,14 +210,37 @@ def check_known_keywords(config_class, kwargs) -> None:
 
 class XfmrPretrainedConfig(PretrainedConfig):
     """transformers' `PretrainedConfig` plus what every hf_xfmr config has: size presets (`presets`, a
-    name -> keyword arguments dict set by each architecture) read by `from_preset`, and keyword arguments
-    checked against the fields (a misspelt field is an error, not a silently ignored attribute)."""
+    name -> keyword arguments dict set by each architecture) read by `from_preset`, field values checked
+    at construction (`field_checks`, declared by each architecture, then its `check_own_fields`), and
+    keyword arguments checked against the fields (a misspelt field is an error, not a silently ignored
+    attribute).
+
+    Construction runs, in order: aliases given as keywords (`attribute_map`: `hidden_size=` for GPT's
+    `n_embd`) set their field, so they are checked too; `derive_defaults` fills fields whose default
+    derives from another; the declared checks; `check_own_fields`; the special-token ids; the keywords.
+    """
 
     presets: ClassVar[dict] = {}
+    field_checks: ClassVar[FieldChecks] = FieldChecks()
 
     def __post_init__(self, **kwargs):
+        for alias, name in self.attribute_map.items():
+            if alias in kwargs:
+                setattr(self, name, kwargs.pop(alias))
+        self.derive_defaults()
+        self.field_checks.check_values(self)
+        self.check_own_fields()
+        self.field_checks.check_token_ids(self)
         check_known_keywords(type(self), kwargs)
         super().__post_init__(**kwargs)
+
+    def derive_defaults(self) -> None:
+        """Set the fields left None whose default derives from another field (T5's `num_decoder_layers` is
+        `num_layers`). Runs before any check; the default does nothing."""
+
+    def check_own_fields(self) -> None:
+        """The architecture's checks beyond `field_checks` (relations between fields, ...): run after the
+        declared checks, so the fields they read are already known valid, and before the special-token ids."""
 
     @classmethod
     def from_preset(cls, name: str, **overrides):

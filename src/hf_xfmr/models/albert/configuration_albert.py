@@ -3,18 +3,8 @@
 Field names follow transformers' `AlbertConfig` so checkpoints convert field by field.
 """
 
-from ..config_utils import (
-    XfmrPretrainedConfig,
-    check_choice,
-    check_divisible,
-    check_positive_float,
-    check_positive_int,
-    check_probability,
-    check_token_id,
-)
+from ..config_utils import ACTIVATIONS, FieldChecks, XfmrPretrainedConfig
 from .presets import ALBERT_PRESETS
-
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 
 
 class XfmrAlbertConfig(XfmrPretrainedConfig):
@@ -52,6 +42,16 @@ class XfmrAlbertConfig(XfmrPretrainedConfig):
 
     model_type = "xfmr-albert"
     presets = ALBERT_PRESETS
+    field_checks = FieldChecks(
+        positive_ints=("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_hidden_groups",
+                       "inner_group_num", "num_attention_heads", "intermediate_size", "max_position_embeddings",
+                       "type_vocab_size"),
+        head_splits=(("hidden_size", "num_attention_heads"),),
+        choices={"hidden_act": ACTIVATIONS},
+        probabilities=("hidden_dropout_prob", "attention_probs_dropout_prob"),
+        optional_probabilities=("classifier_dropout_prob",),
+        positive_floats=("initializer_range", "layer_norm_eps"),
+    )
 
     vocab_size: int = 30000
     embedding_size: int = 128
@@ -76,12 +76,8 @@ class XfmrAlbertConfig(XfmrPretrainedConfig):
     sparse_prediction: bool = False
     unpad_inputs: bool = True
 
-    def __post_init__(self, **kwargs):
-        for name in ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_hidden_groups",
-                     "inner_group_num", "num_attention_heads", "intermediate_size", "max_position_embeddings",
-                     "type_vocab_size"):
-            check_positive_int(name, getattr(self, name))
-        check_divisible("hidden_size", self.hidden_size, "num_attention_heads", self.num_attention_heads)
+    def check_own_fields(self):
+        """The groups of shared layers are all the same size."""
         if self.num_hidden_layers % self.num_hidden_groups != 0:
             divisors = [g for g in range(1, self.num_hidden_layers + 1) if self.num_hidden_layers % g == 0]
             raise ValueError(
@@ -89,12 +85,3 @@ class XfmrAlbertConfig(XfmrPretrainedConfig):
                 f"{self.num_hidden_layers}: each group of shared parameters serves the same number of consecutive "
                 f"layers. Use one of {divisors} (1 = all layers share one set, as in ALBERT)."
             )
-        check_choice("hidden_act", self.hidden_act, ACTIVATIONS)
-        check_probability("hidden_dropout_prob", self.hidden_dropout_prob)
-        check_probability("attention_probs_dropout_prob", self.attention_probs_dropout_prob)
-        check_probability("classifier_dropout_prob", self.classifier_dropout_prob, allow_none=True)
-        check_positive_float("initializer_range", self.initializer_range)
-        check_positive_float("layer_norm_eps", self.layer_norm_eps)
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-            check_token_id(name, getattr(self, name), self.vocab_size)
-        super().__post_init__(**kwargs)

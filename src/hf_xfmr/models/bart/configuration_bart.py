@@ -9,18 +9,8 @@ aliases, as in transformers.
 
 import copy
 
-from ..config_utils import (
-    XfmrPretrainedConfig,
-    check_choice,
-    check_divisible,
-    check_positive_float,
-    check_positive_int,
-    check_probability,
-    check_token_id,
-)
+from ..config_utils import ACTIVATIONS, FieldChecks, XfmrPretrainedConfig
 from .presets import BART_PRESETS
-
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 
 
 class XfmrBartConfig(XfmrPretrainedConfig):
@@ -64,6 +54,16 @@ class XfmrBartConfig(XfmrPretrainedConfig):
         "num_attention_heads": "encoder_attention_heads",
         "num_hidden_layers": "encoder_layers",
     }
+    field_checks = FieldChecks(
+        positive_ints=("vocab_size", "max_position_embeddings", "d_model", "encoder_layers", "encoder_ffn_dim",
+                       "encoder_attention_heads", "decoder_layers", "decoder_ffn_dim", "decoder_attention_heads"),
+        head_splits=(("d_model", "encoder_attention_heads"), ("d_model", "decoder_attention_heads")),
+        choices={"activation_function": ACTIVATIONS},
+        probabilities=("dropout", "attention_dropout", "activation_dropout", "encoder_layerdrop", "decoder_layerdrop",
+                       "classifier_dropout"),
+        positive_floats=("init_std",),
+        token_ids=("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "forced_eos_token_id"),
+    )
 
     vocab_size: int = 50265
     max_position_embeddings: int = 1024
@@ -95,24 +95,12 @@ class XfmrBartConfig(XfmrPretrainedConfig):
     chunked_lm_loss: bool = True
     unpad_inputs: bool = True
 
-    def __post_init__(self, **kwargs):
-        for name in ("vocab_size", "max_position_embeddings", "d_model", "encoder_layers", "encoder_ffn_dim",
-                     "encoder_attention_heads", "decoder_layers", "decoder_ffn_dim", "decoder_attention_heads"):
-            check_positive_int(name, getattr(self, name))
-        check_divisible("d_model", self.d_model, "encoder_attention_heads", self.encoder_attention_heads)
-        check_divisible("d_model", self.d_model, "decoder_attention_heads", self.decoder_attention_heads)
-        check_choice("activation_function", self.activation_function, ACTIVATIONS)
-        for name in ("dropout", "attention_dropout", "activation_dropout", "encoder_layerdrop", "decoder_layerdrop",
-                     "classifier_dropout"):
-            check_probability(name, getattr(self, name))
-        check_positive_float("init_std", self.init_std)
+    def check_own_fields(self):
+        """One end-of-sequence id, not a list (checked before the ids themselves)."""
         for name in ("eos_token_id", "forced_eos_token_id"):
             if isinstance(getattr(self, name), (list, tuple)):
                 raise ValueError(f"`{name}`={getattr(self, name)!r}: pass a single id (BART: 2); the generation "
                                  f"config may still list several.")
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "forced_eos_token_id"):
-            check_token_id(name, getattr(self, name), self.vocab_size)
-        super().__post_init__(**kwargs)
 
     def get_text_config(self, decoder=None, encoder=None):
         """transformers sizes a generation cache from `get_text_config(decoder=True).num_hidden_layers`:

@@ -3,18 +3,9 @@
 Field names follow transformers' `BertConfig` so checkpoints convert field by field.
 """
 
-from ..config_utils import (
-    XfmrPretrainedConfig,
-    check_choice,
-    check_divisible,
-    check_positive_float,
-    check_positive_int,
-    check_probability,
-    check_token_id,
-)
+from ..config_utils import ACTIVATIONS, FieldChecks, XfmrPretrainedConfig
 from .presets import BERT_PRESETS
 
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 POSITION_EMBEDDING_TYPES = ("absolute",)
 
 
@@ -51,6 +42,15 @@ class XfmrBertConfig(XfmrPretrainedConfig):
 
     model_type = "xfmr-bert"
     presets = BERT_PRESETS
+    field_checks = FieldChecks(
+        positive_ints=("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                       "max_position_embeddings", "type_vocab_size"),
+        head_splits=(("hidden_size", "num_attention_heads"),),
+        choices={"hidden_act": ACTIVATIONS, "position_embedding_type": POSITION_EMBEDDING_TYPES},
+        probabilities=("hidden_dropout_prob", "attention_probs_dropout_prob"),
+        optional_probabilities=("classifier_dropout",),
+        positive_floats=("initializer_range", "layer_norm_eps"),
+    )
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -72,19 +72,3 @@ class XfmrBertConfig(XfmrPretrainedConfig):
     tie_word_embeddings: bool = True
     sparse_prediction: bool = False
     unpad_inputs: bool = True
-
-    def __post_init__(self, **kwargs):
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
-            check_positive_int(name, getattr(self, name))
-        check_divisible("hidden_size", self.hidden_size, "num_attention_heads", self.num_attention_heads)
-        check_choice("hidden_act", self.hidden_act, ACTIVATIONS)
-        check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
-        check_probability("hidden_dropout_prob", self.hidden_dropout_prob)
-        check_probability("attention_probs_dropout_prob", self.attention_probs_dropout_prob)
-        check_probability("classifier_dropout", self.classifier_dropout, allow_none=True)
-        check_positive_float("initializer_range", self.initializer_range)
-        check_positive_float("layer_norm_eps", self.layer_norm_eps)
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-            check_token_id(name, getattr(self, name), self.vocab_size)
-        super().__post_init__(**kwargs)

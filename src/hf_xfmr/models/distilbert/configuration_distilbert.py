@@ -5,18 +5,8 @@ so checkpoints convert field by field; `hidden_size`, `num_hidden_layers` and `n
 are aliases of `dim`, `n_layers` and `n_heads`, as in transformers.
 """
 
-from ..config_utils import (
-    XfmrPretrainedConfig,
-    check_choice,
-    check_divisible,
-    check_positive_float,
-    check_positive_int,
-    check_probability,
-    check_token_id,
-)
+from ..config_utils import ACTIVATIONS, FieldChecks, XfmrPretrainedConfig
 from .presets import DISTILBERT_PRESETS
-
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 
 
 class XfmrDistilBertConfig(XfmrPretrainedConfig):
@@ -51,6 +41,13 @@ class XfmrDistilBertConfig(XfmrPretrainedConfig):
     model_type = "xfmr-distilbert"
     presets = DISTILBERT_PRESETS
     attribute_map = {"hidden_size": "dim", "num_attention_heads": "n_heads", "num_hidden_layers": "n_layers"}
+    field_checks = FieldChecks(
+        positive_ints=("vocab_size", "max_position_embeddings", "n_layers", "n_heads", "dim", "hidden_dim"),
+        head_splits=(("dim", "n_heads"),),
+        choices={"activation": ACTIVATIONS},
+        probabilities=("dropout", "attention_dropout", "qa_dropout", "seq_classif_dropout"),
+        positive_floats=("initializer_range",),
+    )
 
     vocab_size: int = 30522
     max_position_embeddings: int = 512
@@ -71,18 +68,3 @@ class XfmrDistilBertConfig(XfmrPretrainedConfig):
     tie_word_embeddings: bool = True
     sparse_prediction: bool = False
     unpad_inputs: bool = True
-
-    def __post_init__(self, **kwargs):
-        for alias, name in self.attribute_map.items():  # resolve aliases first so they are validated too
-            if alias in kwargs:
-                setattr(self, name, kwargs.pop(alias))
-        for name in ("vocab_size", "max_position_embeddings", "n_layers", "n_heads", "dim", "hidden_dim"):
-            check_positive_int(name, getattr(self, name))
-        check_divisible("dim", self.dim, "n_heads", self.n_heads)
-        check_choice("activation", self.activation, ACTIVATIONS)
-        for name in ("dropout", "attention_dropout", "qa_dropout", "seq_classif_dropout"):
-            check_probability(name, getattr(self, name))
-        check_positive_float("initializer_range", self.initializer_range)
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-            check_token_id(name, getattr(self, name), self.vocab_size)
-        super().__post_init__(**kwargs)

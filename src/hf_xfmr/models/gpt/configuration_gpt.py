@@ -6,17 +6,10 @@ checkpoints convert field by field; the generic names (`hidden_size`, `num_hidde
 `num_attention_heads`, `max_position_embeddings`) are aliases of them, as in transformers.
 """
 
-from ..config_utils import (
-    XfmrPretrainedConfig,
-    check_choice,
-    check_divisible,
-    check_positive_float,
-    check_positive_int,
-    check_probability,
-    check_token_id,
-)
+from ..config_utils import FieldChecks, XfmrPretrainedConfig
 from .presets import GPT_PRESETS
 
+# The same names as `config_utils.ACTIVATIONS`, GPT-2's own first.
 ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu", "relu", "silu", "swish")
 
 
@@ -66,6 +59,15 @@ class XfmrGPTConfig(XfmrPretrainedConfig):
         "num_attention_heads": "n_head",
         "num_hidden_layers": "n_layer",
     }
+    field_checks = FieldChecks(
+        positive_ints=("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"),
+        optional_positive_ints=("n_inner",),
+        head_splits=(("n_embd", "n_head"),),
+        choices={"activation_function": ACTIVATIONS},
+        probabilities=("resid_pdrop", "embd_pdrop", "attn_pdrop"),
+        optional_probabilities=("classifier_dropout",),
+        positive_floats=("initializer_range", "layer_norm_epsilon"),
+    )
 
     vocab_size: int = 50257
     n_positions: int = 1024
@@ -90,22 +92,6 @@ class XfmrGPTConfig(XfmrPretrainedConfig):
     classifier_dropout: float | None = None
     chunked_lm_loss: bool = True
     unpad_inputs: bool = True
-
-    def __post_init__(self, **kwargs):
-        for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
-            check_positive_int(name, getattr(self, name))
-        if self.n_inner is not None:
-            check_positive_int("n_inner", self.n_inner)
-        check_divisible("n_embd", self.n_embd, "n_head", self.n_head)
-        check_choice("activation_function", self.activation_function, ACTIVATIONS)
-        for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
-            check_probability(name, getattr(self, name))
-        check_probability("classifier_dropout", self.classifier_dropout, allow_none=True)
-        check_positive_float("initializer_range", self.initializer_range)
-        check_positive_float("layer_norm_epsilon", self.layer_norm_epsilon)
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-            check_token_id(name, getattr(self, name), self.vocab_size)
-        super().__post_init__(**kwargs)
 
     @property
     def intermediate_size(self) -> int:

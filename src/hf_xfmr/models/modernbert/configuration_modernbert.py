@@ -5,18 +5,9 @@ as the three scalars of the original checkpoints (`global_attn_every_n_layers`, 
 `local_rope_theta`) and translated to transformers' `layer_types` / `rope_parameters` by the converter.
 """
 
-from ..config_utils import (
-    XfmrPretrainedConfig,
-    check_choice,
-    check_divisible,
-    check_positive_float,
-    check_positive_int,
-    check_probability,
-    check_token_id,
-)
+from ..config_utils import ACTIVATIONS, FieldChecks, XfmrPretrainedConfig
 from .presets import MODERNBERT_PRESETS
 
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 CLASSIFIER_POOLINGS = ("cls", "mean")
 
 
@@ -65,6 +56,17 @@ class XfmrModernBertConfig(XfmrPretrainedConfig):
 
     model_type = "xfmr-modernbert"
     presets = MODERNBERT_PRESETS
+    field_checks = FieldChecks(
+        positive_ints=("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                       "max_position_embeddings"),
+        head_splits=(("hidden_size", "num_attention_heads"),),
+        choices={"hidden_activation": ACTIVATIONS, "classifier_activation": ACTIVATIONS,
+                 "classifier_pooling": CLASSIFIER_POOLINGS},
+        probabilities=("attention_dropout", "embedding_dropout", "mlp_dropout", "classifier_dropout"),
+        positive_floats=("initializer_range", "initializer_cutoff_factor", "norm_eps", "global_rope_theta",
+                         "local_rope_theta"),
+        token_ids=("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"),
+    )
 
     vocab_size: int = 50368
     hidden_size: int = 768
@@ -101,11 +103,8 @@ class XfmrModernBertConfig(XfmrPretrainedConfig):
     unpad_inputs: bool = True
     tie_word_embeddings: bool = True
 
-    def __post_init__(self, **kwargs):
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                     "max_position_embeddings"):
-            check_positive_int(name, getattr(self, name))
-        check_divisible("hidden_size", self.hidden_size, "num_attention_heads", self.num_attention_heads)
+    def check_own_fields(self):
+        """RoPE needs an even head size; the layer pattern and the sliding window need sensible sizes."""
         if (self.hidden_size // self.num_attention_heads) % 2:
             raise ValueError(
                 f"The head size hidden_size / num_attention_heads = {self.hidden_size // self.num_attention_heads} "
@@ -128,17 +127,6 @@ class XfmrModernBertConfig(XfmrPretrainedConfig):
                 f"`local_attention`={w} is larger than `max_position_embeddings`={self.max_position_embeddings}: "
                 f"the window would never be local. Use a window of at most max_position_embeddings."
             )
-        check_choice("hidden_activation", self.hidden_activation, ACTIVATIONS)
-        check_choice("classifier_activation", self.classifier_activation, ACTIVATIONS)
-        check_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLINGS)
-        for name in ("attention_dropout", "embedding_dropout", "mlp_dropout", "classifier_dropout"):
-            check_probability(name, getattr(self, name))
-        for name in ("initializer_range", "initializer_cutoff_factor", "norm_eps", "global_rope_theta",
-                     "local_rope_theta"):
-            check_positive_float(name, getattr(self, name))
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"):
-            check_token_id(name, getattr(self, name), self.vocab_size)
-        super().__post_init__(**kwargs)
 
     def is_global_layer(self, layer_idx: int) -> bool:
         """Whether layer `layer_idx` attends over the whole sequence (else within the sliding window)."""

@@ -26,7 +26,8 @@ class XfmrRobertaConfig(XfmrBertConfig):
     bos_token_id: int | None = 0
     eos_token_id: int | None = 2
 
-    def __post_init__(self, **kwargs):
+    def check_own_fields(self):
+        super().check_own_fields()
         if self.pad_token_id is None:
             raise ValueError("`pad_token_id` must be set for RoBERTa: positions are numbered after it.")
         if self.max_position_embeddings <= self.pad_token_id + 1:
@@ -34,4 +35,3 @@ class XfmrRobertaConfig(XfmrBertConfig):
                 f"`max_position_embeddings`={self.max_position_embeddings} leaves no usable position: RoBERTa "
                 f"needs more than pad_token_id + 1 = {self.pad_token_id + 1} slots."
             )
-        super().__post_init__(**kwargs)

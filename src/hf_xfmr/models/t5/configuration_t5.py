@@ -10,13 +10,7 @@ output by d_model^-0.5 when it does); transformers 5 keeps the head tied whateve
 
 import copy
 
-from ..config_utils import (
-    XfmrPretrainedConfig,
-    check_positive_float,
-    check_positive_int,
-    check_probability,
-    check_token_id,
-)
+from ..config_utils import FieldChecks, XfmrPretrainedConfig
 from .presets import T5_PRESETS
 
 FEED_FORWARD_ACTIVATIONS = ("relu", "gelu", "gelu_new", "silu")
@@ -83,6 +77,13 @@ class XfmrT5Config(XfmrPretrainedConfig):
         "num_hidden_layers": "num_layers",
         "head_dim": "d_kv",
     }
+    field_checks = FieldChecks(
+        positive_ints=("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads",
+                       "relative_attention_num_buckets", "relative_attention_max_distance", "num_decoder_layers"),
+        probabilities=("dropout_rate", "classifier_dropout"),
+        positive_floats=("layer_norm_epsilon", "initializer_factor"),
+        token_ids=("pad_token_id", "eos_token_id", "decoder_start_token_id"),
+    )
 
     vocab_size: int = 32128
     d_model: int = 512
@@ -107,13 +108,15 @@ class XfmrT5Config(XfmrPretrainedConfig):
     chunked_lm_loss: bool = True
     unpad_inputs: bool = True
 
-    def __post_init__(self, **kwargs):
-        for name in ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads",
-                     "relative_attention_num_buckets", "relative_attention_max_distance"):
-            check_positive_int(name, getattr(self, name))
+    def derive_defaults(self):
+        """The decoder is as deep as the encoder, and starts from the pad id, unless told otherwise."""
         if self.num_decoder_layers is None:
             self.num_decoder_layers = self.num_layers
-        check_positive_int("num_decoder_layers", self.num_decoder_layers)
+        if self.decoder_start_token_id is None:
+            self.decoder_start_token_id = self.pad_token_id
+
+    def check_own_fields(self):
+        """The relative-position buckets, the feed-forward spelling, one eos id, and an encoder-decoder."""
         if self.relative_attention_num_buckets < 4:
             raise ValueError(f"`relative_attention_num_buckets` must be at least 4 (half exact, half logarithmic "
                              f"per direction), got {self.relative_attention_num_buckets}; T5 uses 32.")
@@ -124,20 +127,11 @@ class XfmrT5Config(XfmrPretrainedConfig):
                 f"T5 uses 128 with 32 buckets."
             )
         feed_forward_activation(self.feed_forward_proj)
-        check_probability("dropout_rate", self.dropout_rate)
-        check_probability("classifier_dropout", self.classifier_dropout)
-        check_positive_float("layer_norm_epsilon", self.layer_norm_epsilon)
-        check_positive_float("initializer_factor", self.initializer_factor)
-        if self.decoder_start_token_id is None:
-            self.decoder_start_token_id = self.pad_token_id
         if isinstance(self.eos_token_id, (list, tuple)):
             raise ValueError(f"`eos_token_id`={self.eos_token_id!r}: pass a single id (T5: 1); the generation "
                              f"config may still list several.")
-        for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
-            check_token_id(name, getattr(self, name), self.vocab_size)
         if not self.is_encoder_decoder:
             raise ValueError("`is_encoder_decoder` must be True for T5 (use XfmrT5EncoderModel for the encoder alone).")
-        super().__post_init__(**kwargs)
 
     def get_text_config(self, decoder=None, encoder=None):
         """transformers sizes a generation cache from `get_text_config(decoder=True).num_hidden_layers`:

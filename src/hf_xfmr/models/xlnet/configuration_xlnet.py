@@ -6,19 +6,9 @@ Field names follow transformers' `XLNetConfig` (`d_model`, `n_layer`, `n_head`, 
 convert field by field; `hidden_size`, `num_attention_heads` and `num_hidden_layers` are aliases.
 """
 
-from ..config_utils import (
-    XfmrPretrainedConfig,
-    check_choice,
-    check_divisible,
-    check_non_negative_int,
-    check_positive_float,
-    check_positive_int,
-    check_probability,
-    check_token_id,
-)
+from ..config_utils import ACTIVATIONS, FieldChecks, XfmrPretrainedConfig, check_non_negative_int
 from .presets import XLNET_PRESETS
 
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 SUMMARY_TYPES = ("last", "first", "mean")
 SUMMARY_ACTIVATIONS = (None, "tanh", "linear")
 
@@ -69,6 +59,14 @@ class XfmrXLNetConfig(XfmrPretrainedConfig):
         "num_attention_heads": "n_head",
         "num_hidden_layers": "n_layer",
     }
+    field_checks = FieldChecks(
+        positive_ints=("vocab_size", "d_model", "n_layer", "n_head", "d_inner"),
+        head_splits=(("d_model", "n_head"),),
+        choices={"ff_activation": ACTIVATIONS, "attn_type": ("bi", "uni"), "summary_type": SUMMARY_TYPES,
+                 "summary_activation": SUMMARY_ACTIVATIONS},
+        probabilities=("dropout", "summary_last_dropout"),
+        positive_floats=("initializer_range", "layer_norm_eps"),
+    )
 
     vocab_size: int = 32000
     d_model: int = 1024
@@ -100,35 +98,25 @@ class XfmrXLNetConfig(XfmrPretrainedConfig):
     eos_token_id: int | None = 2
     tie_word_embeddings: bool = True
 
-    def __post_init__(self, **kwargs):
-        for name in ("vocab_size", "d_model", "n_layer", "n_head", "d_inner"):
-            check_positive_int(name, getattr(self, name))
-        check_divisible("d_model", self.d_model, "n_head", self.n_head)
+    def derive_defaults(self):
+        """An empty `summary_activation` (some saved configs) means none."""
+        if self.summary_activation == "":
+            self.summary_activation = None
+
+    def check_own_fields(self):
+        """d_head follows from d_model / n_head; untied relative biases only; memory and clamping lengths."""
         if self.d_head is None:
             self.d_head = self.d_model // self.n_head
         if self.d_head != self.d_model // self.n_head:
             raise ValueError(f"`d_head`={self.d_head} must equal d_model / n_head = {self.d_model // self.n_head} "
                              f"(XLNet's projections are d_model x n_head x d_head); leave d_head=None to derive it.")
-        check_choice("ff_activation", self.ff_activation, ACTIVATIONS)
         if self.untie_r is not True:
             raise ValueError("`untie_r`=False (one set of r_w_bias/r_r_bias/r_s_bias shared by all layers) is not "
                              "supported; every published XLNet uses untie_r=True. Set untie_r=True.")
-        check_choice("attn_type", self.attn_type, ("bi", "uni"))
-        for name in ("dropout", "summary_last_dropout"):
-            check_probability(name, getattr(self, name))
-        check_positive_float("initializer_range", self.initializer_range)
-        check_positive_float("layer_norm_eps", self.layer_norm_eps)
         for name in ("mem_len", "reuse_len"):
             if getattr(self, name) is not None:
                 check_non_negative_int(name, getattr(self, name))
         if not isinstance(self.clamp_len, int) or isinstance(self.clamp_len, bool) or self.clamp_len < -1:
             raise ValueError(f"`clamp_len` must be -1 (no clamping) or a non-negative integer, got {self.clamp_len!r}.")
-        check_choice("summary_type", self.summary_type, SUMMARY_TYPES)
-        if self.summary_activation == "":
-            self.summary_activation = None
-        check_choice("summary_activation", self.summary_activation, SUMMARY_ACTIVATIONS)
         if isinstance(self.eos_token_id, (list, tuple)):
             raise ValueError(f"`eos_token_id`={self.eos_token_id!r}: pass a single end-of-sequence id.")
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-            check_token_id(name, getattr(self, name), self.vocab_size)
-        super().__post_init__(**kwargs)
