@@ -25,7 +25,7 @@ Shapes: B batch, L text tokens (longest row), K drawn spans per row, N = L - m +
 import numpy as np
 import torch
 
-from .collation import IGNORE_INDEX, SeededMixin, pad_ragged_numpy, read_features
+from .collation import IGNORE_INDEX, SeededMixin, numpy_rng, pad_ragged_numpy, read_features
 
 
 def check_infilling_settings(mask_ratio, poisson_lambda) -> None:
@@ -171,7 +171,7 @@ class DataCollatorForTextInfilling(SeededMixin):
             raise ValueError(f"Example {row} has {int(lengths[row])} token(s): too short to corrupt, text infilling "
                              f"needs at least 2 (something masked, something kept). Drop shorter examples or join "
                              f"texts into longer rows.")
-        rng = _numpy_rng(self._rng())
+        rng = numpy_rng(self._rng())
         text = permute_sentences(ids, lengths, self.sentence_end_ids, rng) if self.permute_sentences else ids
         corrupted, corrupted_lengths = infill(text, lengths, self.mask_ratio, self.poisson_lambda, self.mask_token_id,
                                               rng)
@@ -195,8 +195,3 @@ def _wrap(ids: np.ndarray, lengths: np.ndarray, bos: int | None, eos: int, pad: 
     total = lengths + front + 1
     mask = (np.arange(width + front + 1)[None] < total[:, None]).astype(np.int64)
     return out[:, :int(total.max())], mask[:, :int(total.max())]
-
-
-def _numpy_rng(generator) -> np.random.Generator:
-    """A numpy generator seeded from torch's (`generator`, else the global RNG): one draw per batch."""
-    return np.random.default_rng(int(torch.randint(0, 2**62, (), generator=generator)))

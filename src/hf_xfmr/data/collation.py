@@ -102,6 +102,12 @@ class SeededMixin:
         return torch.Generator().manual_seed(int(state) >> 1)  # (63 bits: manual_seed takes a signed int64)
 
 
+def numpy_rng(generator: torch.Generator | None) -> np.random.Generator:
+    """A numpy generator seeded from torch's (`generator`, else the global RNG) with one draw per batch, so
+    torch seeding (`SeededMixin`'s `seed=` / `generator=`, `torch.manual_seed`) governs numpy-sampled masks."""
+    return np.random.default_rng(int(torch.randint(0, 2**62, (), generator=generator)))
+
+
 def _as_list(x) -> list:
     if isinstance(x, torch.Tensor):
         return x.tolist()
@@ -212,6 +218,16 @@ def pad_ragged(
     out, real = pad_ragged_numpy(rows, pad_value, length=length, left=left,
                                  pad_to_multiple_of=pad_to_multiple_of, dtype=_NUMPY_INT[dtype])
     return torch.from_numpy(out), torch.from_numpy(real)
+
+
+def pad_word_ids(rows, length: int, left: bool) -> torch.Tensor:
+    """Pad `word_ids` rows to a (B, length) long tensor; -1 for padding and for None (special tokens)."""
+    try:
+        out, _ = pad_ragged(rows, -1, length=length, left=left)
+    except (TypeError, RuntimeError):
+        rows = [[-1 if w is None else w for w in row] for row in rows]
+        out, _ = pad_ragged(rows, -1, length=length, left=left)
+    return out
 
 
 def read_features(examples: Sequence[Any]) -> dict[str, list]:

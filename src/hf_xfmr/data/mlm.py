@@ -26,6 +26,7 @@ from .collation import (
     collate_extra,
     cu_seqlens_from_positions,
     pad_ragged,
+    pad_word_ids,
     read_features,
     require_token,
     special_ids_tensor,
@@ -54,16 +55,6 @@ def span_start_rate(target: float, max_ngram: int) -> float:
         covered = 1.0 - float(torch.prod(1.0 - q * survive))
         lo, hi = (q, hi) if covered < target else (lo, q)
     return (lo + hi) / 2
-
-
-def _word_ids_tensor(rows, length: int, left: bool) -> torch.Tensor:
-    """Pad `word_ids` rows; None (special tokens) becomes -1."""
-    try:
-        out, _ = pad_ragged(rows, -1, length=length, left=left)
-    except (TypeError, RuntimeError):
-        rows = [[-1 if w is None else w for w in row] for row in rows]
-        out, _ = pad_ragged(rows, -1, length=length, left=left)
-    return out
 
 
 def word_starts(
@@ -235,7 +226,7 @@ class DataCollatorForMLM(SeededMixin):
         word_ids = offsets = None
         if self.whole_word_mask:
             if "word_ids" in cols:
-                word_ids = _word_ids_tensor(cols["word_ids"], L, self.left_pad)
+                word_ids = pad_word_ids(cols["word_ids"], L, self.left_pad)
             elif "offset_mapping" in cols:
                 offsets = torch.zeros(input_ids.shape + (2,), dtype=torch.long)
                 rows = [torch.as_tensor(o, dtype=torch.long).reshape(-1, 2) for o in cols["offset_mapping"]]

@@ -61,11 +61,12 @@ from .collation import (
     SeededMixin,
     intra_op_threads,
     pad_ragged_numpy,
+    pad_word_ids,
     read_features,
     require_token,
     special_ids_tensor,
 )
-from .mlm import _word_ids_tensor, ngram_probs, word_starts
+from .mlm import ngram_probs, word_starts
 
 _PERM_MASK_DTYPES = (torch.bool, torch.float32, torch.float64, torch.float16, torch.bfloat16)
 BUDGET_ROUNDINGS = ("floor", "random")
@@ -353,17 +354,53 @@ class DataCollatorForPLM(SeededMixin):
             return self._collate(examples)
 
     def _collate(self, examples) -> dict[str, torch.Tensor]:
+        """One batch in named steps; every random number comes from one draw on the collator's generator."""
         g = self._rng()
         cols = read_features(examples)
+        ids, real = self._pad_inputs(cols)  # (B, L) int64 ids, (B, L) bool real tokens
+        B, L = ids.shape
+        full = bool(real.all())
+        num_predict = self._check_batch(B, L)
+        code, special, cand = self._classify(ids, real, full)  # (B, L) each
+        token_type_ids = self._token_type_ids(cols, ids, real, full)  # (B, L) or None
+        starts = self._word_starts(cols, code, special, cand)  # (B, L) bool
+        u_span, u_top, u_rank, u_round = self._draw(g, B, L, num_predict)
+        bounds, goals = self._goals(real, num_predict, u_round)
+        is_masked = self._sample_targets(starts, cand, goals, bounds, u_span, u_top)  # (B, L)
+        if self.bi_data:
+            ids, is_masked, token_type_ids = self._reverse_second_half(ids, real, is_masked, token_type_ids)
+        tpos, valid, rank = self._factorization_order(is_masked, u_rank, num_predict)
+
+        labels = np.take_along_axis(ids, tpos, 1)  # (B, num_predict)
+        if valid is not None:
+            labels[~valid] = IGNORE_INDEX
+        batch = {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels)}
+        if token_type_ids is not None:
+            batch["token_type_ids"] = torch.from_numpy(np.ascontiguousarray(token_type_ids, dtype=np.int64))
+        batch["attention_mask"] = torch.from_numpy(real.astype(np.int64))
+        if self.return_is_masked:
+            batch["is_masked"] = torch.from_numpy(is_masked)
+        if self.compact:  # O(B * L): the model builds the masks it needs from these
+            batch.update(_compact_order(tpos, valid, rank, L))
+            return batch
+        batch["perm_mask"] = self._perm_mask(is_masked, real, full, tpos, valid, rank)
+        batch["target_mapping"] = _target_mapping(tpos, valid, L)
+        return batch
+
+    # ------------------------------------------------------------------ steps of a batch
+    def _pad_inputs(self, cols: dict) -> tuple[np.ndarray, np.ndarray]:
+        """(B, L) padded ids and (B, L) bool real tokens (non-pad, and 1 in a given attention_mask)."""
         ids, real = pad_ragged_numpy(
             cols["input_ids"], self.pad_token_id, length=self.seq_len, left=self.left_pad,
             pad_to_multiple_of=None if self.seq_len else self.pad_to_multiple_of,
         )  # (B, L)
-        B, L = ids.shape
         if "attention_mask" in cols:
-            given, _ = pad_ragged_numpy(cols["attention_mask"], 0, length=L, left=self.left_pad)
+            given, _ = pad_ragged_numpy(cols["attention_mask"], 0, length=ids.shape[1], left=self.left_pad)
             real &= given.astype(bool)
-        full = bool(real.all())
+        return ids, real
+
+    def _check_batch(self, B: int, L: int) -> int:
+        """Check the batch's shape against the settings; return its number of target slots, num_predict."""
         if self.seq_len is None:
             self._check_blocks(L)
         if self.bi_data and B % 2:
@@ -374,6 +411,10 @@ class DataCollatorForPLM(SeededMixin):
                 f"num_predict={num_predict} is larger than possible: the batch is only {L} tokens long. "
                 "Lower num_predict or pass longer sequences / seq_len."
             )
+        return num_predict
+
+    def _classify(self, ids: np.ndarray, real: np.ndarray, full: bool):
+        """(B, L) vocabulary codes (bit 0 special, bit 1 word start), special-or-pad mask, and target candidates."""
         try:
             code = self._code[ids]
         except IndexError:
@@ -391,58 +432,79 @@ class DataCollatorForPLM(SeededMixin):
                 "(only special or pad tokens): the sequence is too short. Filter out empty texts or "
                 "concatenate documents into longer sequences."
             )
-        if not self.return_token_type_ids:
-            token_type_ids = None
-        elif "token_type_ids" in cols:
-            token_type_ids, _ = pad_ragged_numpy(cols["token_type_ids"], 0, length=L, left=self.left_pad)
-        else:
-            token_type_ids = _token_types(ids, real, self.sep_token_id, self.cls_token_id, full)
-        if "word_ids" in cols:
-            wid = _word_ids_tensor(cols["word_ids"], L, self.left_pad)
-            starts = word_starts(torch.from_numpy(special), word_ids=wid).numpy()
-        else:  # a piece that begins a word, or a segment's first token
-            starts = code >= 2
-            starts[:, 1:] |= special[:, :-1]
-            starts[:, 0] = True
-            starts &= cand
+        return code, special, cand
 
-        # Every random number of the batch in one draw: spans, top-up scores, factorization keys (and the
-        # budgets' rounding, last, so "floor" draws exactly what it always drew).
+    def _token_type_ids(self, cols: dict, ids: np.ndarray, real: np.ndarray, full: bool) -> np.ndarray | None:
+        """(B, L) segment ids: the examples' own, else XLNet's from the SEP/CLS layout; None when not returned."""
+        if not self.return_token_type_ids:
+            return None
+        if "token_type_ids" in cols:
+            return pad_ragged_numpy(cols["token_type_ids"], 0, length=ids.shape[1], left=self.left_pad)[0]
+        return _token_types(ids, real, self.sep_token_id, self.cls_token_id, full)
+
+    def _word_starts(self, cols: dict, code: np.ndarray, special: np.ndarray, cand: np.ndarray) -> np.ndarray:
+        """(B, L) bool: where a word begins, from the examples' `word_ids` or else the vocabulary's markers."""
+        if "word_ids" in cols:
+            wid = pad_word_ids(cols["word_ids"], code.shape[1], self.left_pad)
+            return word_starts(torch.from_numpy(special), word_ids=wid).numpy()
+        starts = code >= 2  # a piece that begins a word, or a segment's first token
+        starts[:, 1:] |= special[:, :-1]
+        starts[:, 0] = True
+        starts &= cand
+        return starts
+
+    def _draw(self, g, B: int, L: int, num_predict: int):
+        """Every random number of the batch in one draw, split into: span uniforms (B * blocks, K, 2), top-up
+        scores (B, L), factorization keys (B, num_predict) and, with budget_rounding="random", the budgets'
+        rounding (B,) (drawn last, so "floor" draws exactly what it always drew; else None)."""
         nblk = 2 if self.reuse_len else 1
         K = self._num_windows(max(self.reuse_len, L - self.reuse_len) if self.reuse_len else L)
-        n_span, n_top = B * nblk * K * 2, B * L
+        n_span, n_top, n_rank = B * nblk * K * 2, B * L, B * num_predict
         n_round = B if self.budget_rounding == "random" else 0
-        u = torch.rand(n_span + n_top + B * num_predict + n_round, generator=g).numpy()
+        u = torch.rand(n_span + n_top + n_rank + n_round, generator=g).numpy()
         u_span = u[:n_span].reshape(B * nblk, K, 2)
         u_top = u[n_span:n_span + n_top].reshape(B, L)
-        u_rank = u[n_span + n_top:n_span + n_top + B * num_predict].reshape(B, num_predict)
+        u_rank = u[n_span + n_top:n_span + n_top + n_rank].reshape(B, num_predict)
+        return u_span, u_top, u_rank, (u[-n_round:] if n_round else None)
 
-        # Each row's own budget: about real_len * mask_beta / mask_alpha targets (at least 1), capped by
-        # num_predict (the output width); a padded row no longer gets the full-length budget.
+    def _goals(self, real: np.ndarray, num_predict: int, u_round: np.ndarray | None):
+        """Each row's own budget, split over the blocks: ([(lo, hi)] block bounds, (B, blocks) targets).
+
+        About real_len * mask_beta / mask_alpha targets per row (at least 1), capped by num_predict (the
+        output width): a padded row does not get the full-length budget. With memory reuse the budget is
+        split between the two blocks in proportion to their real tokens.
+        """
+        L = real.shape[1]
         real_len = real.sum(1)  # (B,)
         rate = real_len * (self.mask_beta / self.mask_alpha)
-        if n_round:
-            rate = rate + u[-n_round:]  # floor(x + U[0, 1)) is x rounded up with probability frac(x)
+        if u_round is not None:
+            rate = rate + u_round  # floor(x + U[0, 1)) is x rounded up with probability frac(x)
         row_goal = np.clip(rate.astype(np.int64), 1, num_predict)
-        if self.reuse_len:
-            R = self.reuse_len
-            real0 = real[:, :R].sum(1)
-            goal0 = row_goal * real0 // np.maximum(real_len, 1)  # split in proportion to the real tokens
-            bounds, goals = [(0, R), (R, L)], np.stack([goal0, row_goal - goal0], 1)
-        else:
-            bounds, goals = [(0, L)], row_goal[:, None]
-        is_masked = self._sample_targets(starts, cand, goals, bounds, u_span, u_top)  # (B, L)
+        if not self.reuse_len:
+            return [(0, L)], row_goal[:, None]
+        R = self.reuse_len
+        goal0 = row_goal * real[:, :R].sum(1) // np.maximum(real_len, 1)
+        return [(0, R), (R, L)], np.stack([goal0, row_goal - goal0], 1)
 
-        if self.bi_data:  # backward half: reverse every segment's text (targets move with their tokens)
-            rows = torch.arange(B) >= B // 2
-            text = real & (ids != self.sep_token_id) & (ids != self.cls_token_id)
-            src = _reverse_segments(torch.from_numpy(text), rows).numpy()
-            ids = np.take_along_axis(ids, src, 1)
-            is_masked = np.take_along_axis(is_masked, src, 1)
-            if token_type_ids is not None:
-                token_type_ids = np.take_along_axis(token_type_ids, src, 1)
+    def _reverse_second_half(self, ids, real, is_masked, token_type_ids):
+        """bi_data: reverse every segment's text in the second half of the batch (targets move with their tokens)."""
+        B = ids.shape[0]
+        rows = torch.arange(B) >= B // 2
+        text = real & (ids != self.sep_token_id) & (ids != self.cls_token_id)
+        src = _reverse_segments(torch.from_numpy(text), rows).numpy()  # (B, L) gather index
+        ids = np.take_along_axis(ids, src, 1)
+        is_masked = np.take_along_axis(is_masked, src, 1)
+        if token_type_ids is not None:
+            token_type_ids = np.take_along_axis(token_type_ids, src, 1)
+        return ids, is_masked, token_type_ids
 
-        # Targets in position order: tpos (B, num_predict), `valid` marks the used slots.
+    def _factorization_order(self, is_masked: np.ndarray, u_rank: np.ndarray, num_predict: int):
+        """Targets in position order and their places in the factorization order.
+
+        Returns tpos (B, num_predict) positions, valid (B, num_predict) bool used slots (None when every row
+        has num_predict targets) and rank (B, num_predict): random keys, chunks kept in order.
+        """
+        B, L = is_masked.shape
         counts = is_masked.sum(1)
         if (counts == num_predict).all():  # usual case
             tpos = (np.flatnonzero(is_masked) % L).reshape(B, num_predict)
@@ -451,7 +513,6 @@ class DataCollatorForPLM(SeededMixin):
             pos = np.arange(L)
             tpos = np.argsort(np.where(is_masked, pos, pos + L), 1, kind="stable")[:, :num_predict]
             valid = np.arange(num_predict)[None, :] < counts[:, None]
-        # Factorization order of the targets only: random keys, chunks in order.
         key = u_rank.astype(np.float64)
         chunks = self._chunks(L)
         if chunks is not None:
@@ -459,35 +520,21 @@ class DataCollatorForPLM(SeededMixin):
         if valid is not None:
             key[~valid] = np.inf
         rank = np.argsort(np.argsort(key, 1), 1)  # (B, num_predict) place of each target in the order
-        labels = np.take_along_axis(ids, tpos, 1)
-        if valid is not None:
-            labels[~valid] = IGNORE_INDEX
-        batch = {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels)}
-        if token_type_ids is not None:
-            batch["token_type_ids"] = torch.from_numpy(np.ascontiguousarray(token_type_ids, dtype=np.int64))
-        batch["attention_mask"] = torch.from_numpy(real.astype(np.int64))
-        if self.return_is_masked:
-            batch["is_masked"] = torch.from_numpy(is_masked)
-        if self.compact:  # O(B * L): the model builds the masks it needs from these
-            ranks = np.full((B, L), -1, dtype=np.int64)
-            positions = tpos.astype(np.int64)
-            if valid is None:
-                np.put_along_axis(ranks, tpos, rank, 1)
-            else:
-                rows = np.nonzero(valid)[0]
-                ranks[rows, tpos[valid]] = rank[valid]
-                positions[~valid] = -1
-            batch["perm_ranks"] = torch.from_numpy(ranks)
-            batch["target_positions"] = torch.from_numpy(positions)
-            return batch
+        return tpos, valid, rank
 
-        # perm_mask: every row starts as the non-target row (targets and pad hidden); target rows then
-        # see j iff j is a non-target or an earlier target: c_j >= rank_i hides j, c = -1 for
-        # non-targets, the target's rank for targets, the dtype's max for padding.
+    def _perm_mask(self, is_masked, real, full: bool, tpos, valid, rank) -> torch.Tensor:
+        """(B, L, L) `perm_mask_dtype`, True/1 = position i may not attend to j.
+
+        Every row starts as the non-target row (targets and pad hidden); target rows then see j iff j is a
+        non-target or an earlier target: c_j >= rank_i hides j, with c = -1 for non-targets, the target's
+        rank for targets, the dtype's max for padding.
+        """
+        B, L = is_masked.shape
+        num_predict = tpos.shape[1]
         dt = np.int8 if num_predict < 127 else np.int16 if num_predict < 32767 else np.int32
         hidden = is_masked if full else is_masked | ~real
         c = np.full((B, L), -1, dtype=dt)
-        flat_t = (tpos + (np.arange(B) * L)[:, None])
+        flat_t = tpos + (np.arange(B) * L)[:, None]  # (B, num_predict) flat row index of each target
         if valid is None:
             c.reshape(-1)[flat_t.reshape(-1)] = rank.reshape(-1)
         else:
@@ -510,12 +557,30 @@ class DataCollatorForPLM(SeededMixin):
             perm.numpy().reshape(B * L, L)[flat_t.reshape(-1)] = rows.reshape(B * num_predict, L)
         else:
             perm.numpy().reshape(B * L, L)[flat_t[valid]] = rows[valid]
-        perm_mask = perm if self.perm_mask_dtype == torch.bool else perm.to(self.perm_mask_dtype)
+        return perm if self.perm_mask_dtype == torch.bool else perm.to(self.perm_mask_dtype)
 
-        # target_mapping: one-hot rows at the targets in position order, zero rows beyond each row's count.
-        tm = np.zeros((B, num_predict, L), dtype=np.float32)
-        hot = flat_t + (np.arange(B) * (num_predict - 1) * L)[:, None] + (np.arange(num_predict) * L)[None, :]
-        tm.reshape(-1)[hot.reshape(-1) if valid is None else hot[valid]] = 1.0
-        batch["perm_mask"] = perm_mask
-        batch["target_mapping"] = torch.from_numpy(tm)
-        return batch
+
+def _compact_order(tpos: np.ndarray, valid: np.ndarray | None, rank: np.ndarray, L: int) -> dict[str, torch.Tensor]:
+    """The compact form: perm_ranks (B, L) (-1 = seen by all, k = k-th target) and target_positions
+    (B, num_predict) (-1 = unused slot)."""
+    B = tpos.shape[0]
+    ranks = np.full((B, L), -1, dtype=np.int64)
+    positions = tpos.astype(np.int64)
+    if valid is None:
+        np.put_along_axis(ranks, tpos, rank, 1)
+    else:
+        rows = np.nonzero(valid)[0]
+        ranks[rows, tpos[valid]] = rank[valid]
+        positions[~valid] = -1
+    return {"perm_ranks": torch.from_numpy(ranks), "target_positions": torch.from_numpy(positions)}
+
+
+def _target_mapping(tpos: np.ndarray, valid: np.ndarray | None, L: int) -> torch.Tensor:
+    """(B, num_predict, L) float32: one-hot rows at the targets in position order, zero rows beyond each
+    row's count."""
+    B, num_predict = tpos.shape
+    tm = np.zeros((B, num_predict, L), dtype=np.float32)
+    # flat index of (b, k, tpos[b, k]) = b * num_predict * L + k * L + tpos[b, k]
+    hot = tpos + (np.arange(B) * num_predict * L)[:, None] + (np.arange(num_predict) * L)[None, :]
+    tm.reshape(-1)[hot.reshape(-1) if valid is None else hot[valid]] = 1.0
+    return torch.from_numpy(tm)

@@ -24,7 +24,7 @@ over distinct row lengths. The numpy generator is seeded from torch's per batch,
 import numpy as np
 import torch
 
-from .collation import IGNORE_INDEX, SeededMixin, pad_ragged_numpy, read_features
+from .collation import IGNORE_INDEX, SeededMixin, numpy_rng, pad_ragged_numpy, read_features
 
 
 def _span_counts(length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
@@ -61,12 +61,6 @@ def _check_settings(noise_density, mean_noise_span_length):
         raise ValueError(f"mean_noise_span_length={mean_noise_span_length!r} must be at least 1 token (T5: 3).")
 
 
-def _numpy_rng(generator) -> np.random.Generator:
-    """A numpy generator seeded from torch's (`generator`, else the global RNG): one draw per batch, so
-    torch seeding (`SeededCollator`, `seed=`) governs the masks."""
-    return np.random.default_rng(int(torch.randint(0, 2**62, (), generator=generator)))
-
-
 def _random_composition(total: int, parts: int, batch: int, rng: np.random.Generator) -> np.ndarray:
     """(batch, parts) positive integers summing to `total` per row, uniformly over compositions
     (T5's `_random_segmentation`: parts - 1 distinct cut points among the total - 1 gaps)."""
@@ -93,7 +87,7 @@ def _noise_mask(batch: int, length: int, noise_density: float, mean_noise_span_l
 def random_spans_noise_mask(batch: int, length: int, noise_density: float = 0.15,
                             mean_noise_span_length: float = 3.0, generator=None) -> torch.Tensor:
     """Bool (batch, length): which tokens are noise. Alternating kept / noise spans, kept first."""
-    rng = _numpy_rng(generator)
+    rng = numpy_rng(generator)
     return torch.from_numpy(_noise_mask(batch, length, noise_density, mean_noise_span_length, rng))
 
 
@@ -161,7 +155,7 @@ class DataCollatorForSpanCorruption(SeededMixin):
     def __call__(self, examples):
         columns = read_features(examples)
         rows = columns["input_ids"]
-        rng = _numpy_rng(self._rng())
+        rng = numpy_rng(self._rng())
         lengths = np.fromiter((len(row) for row in rows), dtype=np.int64, count=len(rows))
         ids, _ = pad_ragged_numpy(rows, self.pad_token_id)  # (B, L); one length: no padding at all
         inputs, targets = [None] * len(rows), [None] * len(rows)
