@@ -164,14 +164,17 @@ def test_gradient_accumulation_matches_a_large_batch(tmp_path, wordpiece_tokeniz
 
 def test_from_scratch_lora_saves_its_base_and_publishes(tmp_path, wordpiece_tokenizer, monkeypatch):
     calls = []
-    real_export = hf_xfmr.hub.export
+    import importlib
+
+    publishing = importlib.import_module("hf_xfmr.hub.publish")  # the module (hub.publish exports, then uploads)
+    real_export = publishing.export
 
     def export(model, tok, folder, **card):  # the real export, recorded; only the upload is left out
         calls.append(("export", model, folder, card))
         return real_export(model, tok, folder, **card)
 
-    monkeypatch.setattr(hf_xfmr.hub, "export", export)
-    monkeypatch.setattr(hf_xfmr.hub, "publish", lambda folder, repo: calls.append(("publish", folder, repo)))
+    monkeypatch.setattr(publishing, "export", export)
+    monkeypatch.setattr(publishing, "upload_export", lambda folder, repo, **_: calls.append(("publish", folder, repo)))
     args = quick_args(tmp_path, lora=True, merge=True, lora_dropout=0.0, max_steps=2, eval_steps=2,
                       push_to_hub="someone/tiny-sentiment")
     result = finetune(args, dataset=sentiment_dataset(train=32, validation=8), tokenizer=wordpiece_tokenizer)

@@ -1,18 +1,26 @@
-"""Model cards: the README.md of an exported model, rendered from the templates in `model_cards/`.
+"""Model cards: the README.md of an exported model, and the card fields of a training run.
 
-One template per task family (`TASK_FAMILIES`); the YAML metadata is built with huggingface_hub's
+`render_card(CardInfo)` renders the README.md from the templates in `model_cards/`: one template per
+task family (`TASK_FAMILIES`); the YAML metadata is built with huggingface_hub's
 `ModelCardData`/`EvalResult`, so the model-index follows the Hub's schema. Templates are found in the
 package (`hf_xfmr/hub/model_cards`, a link to the repository's top-level `model_cards/` in a checkout,
 a copy in an installed wheel) or, failing that, in the checkout's top-level `model_cards/`.
+
+`pretrain_card_fields` and `finetune_card_fields` turn a run's settings and metrics into the card
+arguments of `export` (description, base model, training settings, metrics and where they were
+measured): `--push_to_hub` and `hf-xfmr export` of a finetuning run's model both use them.
 """
 
+import glob
 import json
+import math
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .. import __version__
+from .repo_id import is_model_id
 
 # task -> (template name, Hub pipeline tag). Every task of models.registry.TASK_AUTO_CLASSES is here.
 TASK_FAMILIES = {
@@ -63,19 +71,6 @@ def template_for(task: str, can_generate: bool = False) -> tuple[str, str | None
     return TASK_FAMILIES[task]
 
 
-def _is_model_id(text: str) -> bool:
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
-    if text.count("/") > 1 or text.startswith((".", "/", "~")) or text.endswith("/"):
-        return False
-    try:
-        validate_repo_id(text)
-    except HFValidationError:
-        return False
-    return True
-
-
 def hub_model_id(name_or_path) -> str | None:
     """The Hub model id that `name_or_path` (what a model was loaded from) stands for, for a card's
     `base_model`; None when there is no real id to name (a local folder of unknown origin).
@@ -89,17 +84,17 @@ def hub_model_id(name_or_path) -> str | None:
     text = str(name_or_path)
     path = Path(text).expanduser()
     if not path.exists():
-        return text if _is_model_id(text) else None
+        return text if is_model_id(text) else None
     parts = path.resolve().parts
     for i, part in enumerate(parts[:-2]):
         if part.startswith("models--") and parts[i + 1] == "snapshots":
             candidate = part.removeprefix("models--").replace("--", "/")
-            return candidate if _is_model_id(candidate) else None
+            return candidate if is_model_id(candidate) else None
     try:
         recorded = json.loads((path / "config.json").read_text()).get("_name_or_path")
     except (OSError, ValueError, AttributeError):
         return None
-    if isinstance(recorded, str) and recorded and not Path(recorded).expanduser().exists() and _is_model_id(recorded):
+    if isinstance(recorded, str) and recorded and not Path(recorded).expanduser().exists() and is_model_id(recorded):
         return recorded
     return None
 
@@ -280,5 +275,151 @@ def render_card(info: CardInfo) -> str:
         raise ValueError(f"model card template {path} has an unknown or malformed placeholder: {err}") from None
 
 
-__all__ = ["CardInfo", "LOSS_CURVE_FILE", "REPO_ID_PLACEHOLDER", "TASK_FAMILIES", "hub_model_id", "render_card",
-           "template_for", "templates_dir"]
+# ----------------------------------------------------------------------------------------------
+# The card fields of a training run (keyword arguments of `export`)
+# ----------------------------------------------------------------------------------------------
+
+BUILTIN_DATA_DESCRIPTION = "the VADER human-rated sentences (Hutto & Gilbert, ICWSM 2014; vaderSentiment sdist, MIT)"
+
+
+def is_local_source(source: str) -> bool:
+    """A file, folder or glob on this machine (anything else is a `datasets` name, e.g. a Hub dataset id)."""
+    return Path(source).exists() or bool(glob.glob(source)) or any(c in source for c in "*?[")
+
+
+def evaluation_fields(metrics: Mapping[str, float], *, hub_dataset: str | None, split: str | None,
+                      source: str, dataset_config: str | None = None) -> dict:
+    """Where a run's metrics go in its card: into the model-index when they were measured on a Hub dataset
+    (`hub_dataset`, its `dataset_config` and `split`), else into the card's text only, as measured on
+    `source` (a model-index entry without a Hub dataset is invalid, and export refuses it)."""
+    if not metrics:
+        return {}
+    if hub_dataset:
+        return dict(metrics=metrics, eval_dataset=hub_dataset, eval_dataset_config=dataset_config, eval_split=split)
+    return dict(metrics=metrics, eval_source=source)
+
+
+def _shown(results: Mapping[str, float]) -> str:
+    return ", ".join(f"{k} {v:.4g}" for k, v in results.items())
+
+
+def pretrain_card_fields(settings: Mapping[str, Any], metrics: Mapping[str, float], *, objective: str) -> dict:
+    """The card fields of a pretraining run, from its settings (PretrainArguments as a dict) and its final
+    evaluation `metrics` (`eval_*`; infinite ones are left out): a description, the training settings,
+    the metrics (in the model-index when evaluated on a Hub dataset), the Hub dataset it was trained on and
+    the base model when the run continued from a Hub checkpoint (`model_path`)."""
+    training = {"objective": objective, "steps": settings.get("max_steps"),
+                "learning_rate": settings.get("learning_rate"),
+                "per_device_train_batch_size": settings.get("per_device_train_batch_size"),
+                "gradient_accumulation_steps": settings.get("gradient_accumulation_steps"),
+                "max_seq_length": settings.get("max_seq_length"), "optimizer": settings.get("optimizer"),
+                "lr_scheduler": settings.get("lr_scheduler")}
+    results = {k.removeprefix("eval_"): v for k, v in metrics.items() if math.isfinite(v)}
+    dataset, eval_dataset, split = settings.get("dataset"), settings.get("eval_dataset"), settings.get("dataset_split")
+    evaluated_on = eval_dataset or dataset
+    source = dataset or "the embedded corpus (Python's documentation)"
+    description = f"Pretrained with `hf-xfmr pretrain` ({objective}) on {source}" + (
+        f" (held-out evaluation: {_shown(results)})." if results else ".")
+    hub_dataset = evaluated_on if evaluated_on and not is_local_source(evaluated_on) else None
+    if hub_dataset and not eval_dataset:  # held out of the training dataset
+        split = f"{split} (held-out {settings.get('eval_fraction'):.0%})"
+    fields = dict(description=description, training=training)
+    fields.update(evaluation_fields(results, hub_dataset=hub_dataset, split=split,
+                                    source=f"held-out text of {evaluated_on or source}"))
+    if settings.get("model_path"):  # continued from a checkpoint: the card names it when it is a Hub model
+        fields["base_model"] = hub_model_id(settings["model_path"])
+    if dataset and not is_local_source(dataset):
+        fields["datasets"] = [dataset]
+    return fields
+
+
+def finetune_provenance(settings: Mapping[str, Any], *, given_dataset: bool,
+                        builtin_datasets: Sequence[str] = ()) -> dict:
+    """Where a finetuned model and its data came from, as its card names them, resolved while the run's
+    relative paths still mean what they meant (a run saves it in metrics.json): the base model's Hub id
+    (None for a local folder of unknown origin or a from-scratch model), the Hub dataset (None for local
+    data) and a description of the data. `settings` holds FinetuneArguments' fields."""
+    dataset, hub_dataset = settings.get("dataset"), None
+    if given_dataset:
+        data = "a custom dataset"
+    elif dataset in builtin_datasets:
+        data = BUILTIN_DATA_DESCRIPTION
+    elif dataset is not None and not Path(dataset).exists():
+        data = hub_dataset = dataset
+    else:
+        data = f"local data (`{Path(dataset or settings.get('train_file')).name}`)"
+    return {"base_model": hub_model_id(settings.get("model_name_or_path")), "lora": settings.get("lora"),
+            "dataset": hub_dataset, "dataset_config": settings.get("dataset_config") if hub_dataset else None,
+            "data": data}
+
+
+def _finetune_results(metrics: Mapping[str, Any]) -> tuple[str, dict]:
+    """(split, results): the test metrics of a finetuning run (validation ones without a test split), with
+    the majority-class baseline of that split."""
+    split = "test" if "test" in metrics else "validation"
+    prefix = "test_" if split == "test" else "eval_"
+    results = {key.removeprefix(prefix): value for key, value in (metrics.get(prefix[:-1]) or {}).items()
+               if isinstance(value, float) and math.isfinite(value) and key != "epoch"
+               and not key.endswith(("_runtime", "_per_second"))}
+    majority = (metrics.get("baseline") or {}).get(f"{split}_majority_accuracy")
+    if results and majority is not None:
+        results["majority_accuracy"] = majority
+    return split, results
+
+
+def _finetune_training(settings: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict:
+    lora = bool(settings.get("lora"))
+    max_steps = settings.get("max_steps") or -1
+    training = {"task": settings.get("task"), "lora": lora,
+                "learning_rate": settings.get("learning_rate") or (5e-4 if lora else 5e-5),
+                "epochs": settings.get("num_train_epochs") if max_steps <= 0 else None,
+                "max_steps": max_steps if max_steps > 0 else None,
+                "per_device_train_batch_size": settings.get("per_device_train_batch_size"),
+                "max_seq_length": settings.get("max_seq_length"), "best_checkpoint": metrics.get("best_checkpoint")}
+    if lora:
+        training.update(lora_r=settings.get("lora_r"), lora_alpha=settings.get("lora_alpha"))
+    return {k: v for k, v in training.items() if v is not None}
+
+
+def finetune_card_fields(settings: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict:
+    """The card fields of a finetuning run, from its options (`finetune_args.json`) and its `metrics.json`
+    (with the `provenance` of `finetune_provenance`): a description; the base model (a Hub id, when the run
+    started from one) and a `lora` tag; the training settings; the test metrics (validation ones without
+    a test split), in the card's model-index when measured on a Hub dataset, else in its text only."""
+    origin = metrics.get("provenance") or {}
+    lora = bool(settings.get("lora"))
+    split, results = _finetune_results(metrics)
+    base = origin.get("base_model")
+    start = f"from `{base}`" if base else "from scratch" if settings.get("arch") else "from a local checkpoint"
+    how = (f"with LoRA (r={settings.get('lora_r')}, alpha={settings.get('lora_alpha')}; adapters merged into the "
+           "weights)" if lora else "in full")
+    data = origin.get("data") or "its training data"
+    description = (f"Finetuned {how} {start} with `hf-xfmr finetune` for {settings.get('task')} on {data}"
+                   + (f" ({split} split: {_shown(results)})." if results else "."))
+    fields = dict(description=description, base_model=base, tags=["lora"] if lora else [],
+                  training=_finetune_training(settings, metrics))
+    if origin.get("dataset"):
+        fields["datasets"] = [origin["dataset"]]
+    fields.update(evaluation_fields(results, hub_dataset=origin.get("dataset"), split=split,
+                                    dataset_config=origin.get("dataset_config"), source=f"the {split} split of {data}"))
+    return fields
+
+
+def name_base_model_in_adapter_card(adapter_dir, base_model: str | None) -> None:
+    """PEFT's `save_pretrained` writes a card (README.md) whose `base_model` is the local base folder, which
+    is no Hub id: name the Hub id (`base_model`, with PEFT's `base_model:adapter:` tag), or none."""
+    from huggingface_hub import ModelCard
+
+    path = Path(adapter_dir) / "README.md"
+    if not path.is_file():
+        return
+    card = ModelCard.load(path)
+    card.data.base_model = base_model
+    tags = [tag for tag in (card.data.tags or []) if not tag.startswith("base_model:")]
+    card.data.tags = ([f"base_model:adapter:{base_model}"] if base_model else []) + ["hf_xfmr"] + tags
+    card.save(path)
+
+
+__all__ = ["BUILTIN_DATA_DESCRIPTION", "CardInfo", "LOSS_CURVE_FILE", "REPO_ID_PLACEHOLDER", "TASK_FAMILIES",
+           "evaluation_fields", "finetune_card_fields", "finetune_provenance", "hub_model_id", "is_local_source",
+           "name_base_model_in_adapter_card", "pretrain_card_fields", "render_card", "template_for", "templates_dir"]

@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -22,8 +23,10 @@ from transformers import PreTrainedModel
 from ..data.tokenizers import fit_tokenizer_to_model
 from ..models.registry import TASK_AUTO_CLASSES, Architecture, architectures, get_architecture
 from .cards import LOSS_CURVE_FILE, CardInfo, render_card
+from .errors import ExportError
 from .flatten import FlattenError
 from .remote_code import GENERATED_MARKER, RemoteCode, generate_remote_code
+from .repo_id import check_repo_id
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -31,10 +34,6 @@ WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
 _CODE_CACHE: dict[str, RemoteCode] = {}
-
-
-class ExportError(ValueError):
-    """Bad input to `export` (or a folder that is not a complete export); the message says how to fix it."""
 
 
 def remote_code_for(arch: Architecture) -> RemoteCode:
@@ -192,55 +191,81 @@ def export(
     _check_folder(folder, overwrite)
     _check_tokenizer(tokenizer, model)
     if repo_id is not None:
-        from .publish import check_repo_id
-
         check_repo_id(repo_id, error=ExportError)
     code = remote_code_for(arch)
+    card = dict(title=title or folder.name, description=description, repo_id=repo_id, license=license,
+                language=language, datasets=tuple(datasets), base_model=base_model, tags=tuple(tags),
+                metrics=metrics, eval_dataset=eval_dataset, eval_dataset_config=eval_dataset_config,
+                eval_split=eval_split, eval_source=eval_source, training=training)
+    with _staged(folder) as tmp:
+        _write_model(tmp, model, task, code, tokenizer, max_shard_size)
+        curves = _plot_training_logs(training_logs, tmp, card["title"])
+        _write_card(tmp, _card_info(model, arch, task, code, curves, card))
+        check_export_folder(tmp)
+    return folder
 
+
+@contextmanager
+def _staged(folder: Path):
+    """A temporary sibling of `folder` to write into; moved into place when the block succeeds (replacing
+    a previous export), removed when it fails, so a failed export never leaves a half-written folder."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.export-", dir=folder.parent))
     try:
-        try:
-            model.save_pretrained(tmp, max_shard_size=max_shard_size)
-        except ValueError as err:
-            raise ExportError(f"cannot save the weights: {err}") from err
-        _write_config(tmp, code, model, task)
-        _write_generation_config(tmp, model)
-        for name, text in code.files.items():
-            (tmp / name).write_text(text, encoding="utf-8")
-        if tokenizer is not None:  # a copy emitting what the model takes (DistilBERT: no token_type_ids)
-            fit_tokenizer_to_model(copy.copy(tokenizer), model).save_pretrained(tmp)
-        curves = []
-        if training_logs is not None:
-            from ..plots import plot_loss_curves
-
-            try:
-                curves = plot_loss_curves(training_logs, tmp / LOSS_CURVE_FILE, title=f"{title or folder.name} loss")
-            except (OSError, ValueError) as err:
-                raise ExportError(f"cannot plot the training logs: {err}") from err
-        info = CardInfo(
-            title=title or folder.name, task=task, auto_class=TASK_AUTO_CLASSES.get(task) or "AutoModel",
-            arch_name=arch.name, model_type=arch.model_type, model_class=code.class_names[type(model)],
-            config=model.config, num_parameters=model.num_parameters(), dtype=str(model.dtype).replace("torch.", ""),
-            code_files=sorted(code.files), can_generate=model.can_generate(), description=description,
-            repo_id=repo_id, license=license, language=language, datasets=tuple(datasets), base_model=base_model,
-            tags=tuple(tags), metrics=metrics, eval_dataset=eval_dataset, eval_dataset_config=eval_dataset_config,
-            eval_split=eval_split, eval_source=eval_source, training=training, loss_curves=curves,
-            loss_curve_file=LOSS_CURVE_FILE if curves else None,
-        )
-        try:
-            card = render_card(info)
-        except ValueError as err:
-            raise ExportError(str(err)) from err
-        (tmp / "README.md").write_text(card, encoding="utf-8")
-        check_export_folder(tmp)
+        yield tmp
         if folder.exists():
             shutil.rmtree(folder)
         os.replace(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return folder
+
+
+def _write_model(folder: Path, model, task: str, code: RemoteCode, tokenizer, max_shard_size) -> None:
+    """The weights, config.json (with `auto_map`), generation_config.json, the generated code and the
+    tokenizer files."""
+    try:
+        model.save_pretrained(folder, max_shard_size=max_shard_size)
+    except ValueError as err:
+        raise ExportError(f"cannot save the weights: {err}") from err
+    _write_config(folder, code, model, task)
+    _write_generation_config(folder, model)
+    for name, text in code.files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    if tokenizer is not None:  # a copy emitting what the model takes (DistilBERT: no token_type_ids)
+        fit_tokenizer_to_model(copy.copy(tokenizer), model).save_pretrained(folder)
+
+
+def _plot_training_logs(training_logs, folder: Path, title: str) -> list:
+    """The loss curves of `training_logs` (plots.LossCurves), plotted into folder/loss_curve.png; [] without logs."""
+    if training_logs is None:
+        return []
+    from ..plots import plot_loss_curves
+
+    try:
+        return plot_loss_curves(training_logs, folder / LOSS_CURVE_FILE, title=f"{title} loss")
+    except (OSError, ValueError) as err:
+        raise ExportError(f"cannot plot the training logs: {err}") from err
+
+
+def _card_info(model, arch: Architecture, task: str, code: RemoteCode, curves: list, card: dict) -> CardInfo:
+    """What the model card shows: facts read from the model and its generated code, plus `card` (the
+    metadata `export` was given)."""
+    return CardInfo(
+        task=task, auto_class=TASK_AUTO_CLASSES.get(task) or "AutoModel", arch_name=arch.name,
+        model_type=arch.model_type, model_class=code.class_names[type(model)], config=model.config,
+        num_parameters=model.num_parameters(), dtype=str(model.dtype).replace("torch.", ""),
+        code_files=sorted(code.files), can_generate=model.can_generate(), loss_curves=curves,
+        loss_curve_file=LOSS_CURVE_FILE if curves else None, **card,
+    )
+
+
+def _write_card(folder: Path, info: CardInfo) -> None:
+    try:
+        card = render_card(info)
+    except ValueError as err:
+        raise ExportError(str(err)) from err
+    (folder / "README.md").write_text(card, encoding="utf-8")
 
 
 def check_export_folder(folder) -> list[Path]:

@@ -1,4 +1,9 @@
-"""`publish`: upload an exported folder (or a model, exported on the fly) to the Hugging Face Hub.
+"""`publish`: the one route from a model (or an exported folder) to a Hugging Face Hub repository.
+
+Given a model, `publish` exports it (`export.export`, into a temporary folder or the one named by
+`export_folder`) and uploads that folder (`upload_export`); given a folder written by `export`, it
+uploads it as it is. `hf-xfmr publish`, `hf-xfmr pretrain --push_to_hub` and `hf-xfmr finetune
+--push_to_hub` all come this way, so what reaches the Hub is built and checked in one place.
 
 The whole folder goes up in ONE commit through `huggingface_hub.HfApi.create_commit`: the large files
 are uploaded first (Xet, or LFS with HF_HUB_DISABLE_XET=1), and the commit that makes them visible is
@@ -11,38 +16,24 @@ it is never printed. The endpoint comes from `endpoint`, else HF_ENDPOINT. Trans
 (connection errors, timeouts, HTTP 408/429/5xx) are retried with exponential backoff.
 """
 
+import json
 import logging
 import tempfile
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
+from transformers import PreTrainedModel
+
 from .cards import REPO_ID_PLACEHOLDER
-from .export import ExportError, check_export_folder
+from .errors import ExportError, PublishError
+from .export import CONFIG_FILE, check_export_folder, export
+from .repo_id import check_repo_id
 
 logger = logging.getLogger(__name__)
 
 TRANSIENT_STATUS = (408, 429, 500, 502, 503, 504)
 KEEP_REMOTE = (".gitattributes",)
-
-
-class PublishError(RuntimeError):
-    """Publishing failed; the message says why and what to do (it never contains the token)."""
-
-
-def check_repo_id(repo_id, error=None) -> str:
-    """Validate a Hub repository id of the form `owner/name`."""
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
-    error = error or PublishError
-    if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise error(f"invalid repo id {repo_id!r}: use the form 'owner/name' (your user or organisation, a slash, "
-                    f"the model name), e.g. 'alice/tiny-bert'.")
-    try:
-        validate_repo_id(repo_id)
-    except HFValidationError as err:
-        raise error(f"invalid repo id {repo_id!r}: {err}") from None
-    return repo_id
 
 
 def _cause(err: BaseException) -> BaseException:
@@ -145,6 +136,7 @@ def publish(
     repo_id: str,
     *,
     tokenizer=None,
+    export_folder=None,
     revision: str | None = None,
     private: bool | None = None,
     create_pr: bool = False,
@@ -156,12 +148,66 @@ def publish(
     retry_wait: float = 2.0,
     **export_kwargs,
 ):
-    """Upload an exported folder, or a model (exported first), to the Hub repository `repo_id`.
+    """Publish a model (exported first) or an exported folder to the Hub repository `repo_id`.
 
     Args:
-        folder_or_model: a folder written by `export` (`hf-xfmr export`), or an hf_xfmr model.
+        folder_or_model: an hf_xfmr model, or a folder written by `export` (`hf-xfmr export`).
         repo_id: `owner/name`; the repository is created when it does not exist.
         tokenizer, **export_kwargs: when a model is given, passed to `export` (card metadata, logs, ...).
+        export_folder: when a model is given, the folder it is exported to and that stays after the upload
+            (e.g. a training run's `hub/`); default a temporary folder, removed afterwards.
+        revision, private, create_pr, commit_message, token, endpoint, delete_stale, max_retries,
+            retry_wait: how the folder is uploaded; see `upload_export`.
+
+    Returns huggingface_hub's `CommitInfo` (`.oid`, `.commit_url`, `.pr_url`). Raises PublishError (an
+    export that fails says "cannot export the model: ...").
+    """
+    check_repo_id(repo_id)
+    upload = dict(revision=revision, private=private, create_pr=create_pr, commit_message=commit_message,
+                  token=token, endpoint=endpoint, delete_stale=delete_stale, max_retries=max_retries,
+                  retry_wait=retry_wait)
+    if isinstance(folder_or_model, PreTrainedModel) or hasattr(folder_or_model, "peft_config"):
+        with _export_target(export_folder) as target:
+            try:
+                folder = export(folder_or_model, tokenizer, target, repo_id=repo_id, **export_kwargs)
+            except ExportError as err:
+                raise PublishError(f"cannot export the model: {err}") from err
+            return upload_export(folder, repo_id, **upload)
+    given = ["tokenizer"] * (tokenizer is not None) + ["export_folder"] * (export_folder is not None)
+    if given or export_kwargs:
+        raise PublishError(f"{', '.join(given + sorted(export_kwargs))} only apply when publishing a model; the "
+                           f"folder is uploaded as it is (pass them to export instead).")
+    return upload_export(folder_or_model, repo_id, **upload)
+
+
+def _export_target(export_folder):
+    """A context giving the folder a model is exported to before its upload."""
+    return nullcontext(Path(export_folder)) if export_folder is not None else _temporary_export_folder()
+
+
+@contextmanager
+def _temporary_export_folder():
+    with tempfile.TemporaryDirectory(prefix="hf_xfmr-publish-") as tmp:
+        yield Path(tmp) / "export"
+
+
+def upload_export(
+    folder,
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    private: bool | None = None,
+    create_pr: bool = False,
+    commit_message: str | None = None,
+    token: str | None = None,
+    endpoint: str | None = None,
+    delete_stale: bool = True,
+    max_retries: int = 3,
+    retry_wait: float = 2.0,
+):
+    """Upload `folder` (a complete export, see `check_export_folder`) to `repo_id` in one commit.
+
+    Args:
         revision: the branch to commit to (created from main if missing); default main.
         private: visibility of a repository created now (ignored for an existing one).
         create_pr: open a pull request with the commit instead of committing to the branch.
@@ -173,88 +219,86 @@ def publish(
             (huggingface_hub also retries its own requests; a pull request's commit is not retried, since a
             lost response would open a second one).
 
-    Returns huggingface_hub's `CommitInfo` (`.oid`, `.commit_url`, `.pr_url`). Raises PublishError.
+    Returns huggingface_hub's `CommitInfo`. Raises PublishError.
     """
-    from transformers import PreTrainedModel
-
     check_repo_id(repo_id)
-    if isinstance(folder_or_model, PreTrainedModel) or hasattr(folder_or_model, "peft_config"):
-        from .export import export
-
-        with tempfile.TemporaryDirectory(prefix="hf_xfmr-publish-") as tmp:
-            try:
-                folder = export(folder_or_model, tokenizer, Path(tmp) / "export", repo_id=repo_id, **export_kwargs)
-            except ExportError as err:
-                raise PublishError(f"cannot export the model: {err}") from err
-            return publish(folder, repo_id, revision=revision, private=private, create_pr=create_pr,
-                           commit_message=commit_message, token=token, endpoint=endpoint, delete_stale=delete_stale,
-                           max_retries=max_retries, retry_wait=retry_wait)
-    if tokenizer is not None or export_kwargs:
-        given = ", ".join(["tokenizer"] * (tokenizer is not None) + sorted(export_kwargs))
-        raise PublishError(f"{given} only apply when publishing a model; the folder is uploaded as it is "
-                           f"(pass them to export instead).")
-    if not isinstance(folder_or_model, (str, Path)):
-        raise PublishError(f"`folder_or_model` must be an exported folder or an hf_xfmr model, "
-                           f"got {type(folder_or_model).__name__}.")
-    folder = Path(folder_or_model)
-    try:
-        files = check_export_folder(folder)
-    except ExportError as err:
-        raise PublishError(str(err)) from None
+    folder, files = _checked_folder(folder)
     if max_retries < 0:
         raise PublishError(f"max_retries must be >= 0, got {max_retries}")
+    from huggingface_hub import HfApi
 
-    import huggingface_hub
-    from huggingface_hub import CommitOperationDelete, HfApi
-
-    token = token or huggingface_hub.get_token()
-    if not token:
-        raise PublishError("no Hugging Face token found: log in with `hf auth login`, or set the HF_TOKEN "
-                           "environment variable to a token with write access.")
+    token = _token(token)
     api = HfApi(endpoint=endpoint, token=token)
-    endpoint = api.endpoint
-    architectures = _read_architectures(folder)
-    message = commit_message or f"Upload {architectures or 'model'} with hf_xfmr"
+    message = commit_message or f"Upload {_read_architectures(folder) or 'model'} with hf_xfmr"
     retry = dict(max_retries=max_retries, retry_wait=retry_wait)
     try:
         _with_retries("create_repo", lambda: api.create_repo(repo_id, private=private, exist_ok=True), **retry)
         if revision not in (None, "main"):
             _with_retries("create_branch", lambda: api.create_branch(repo_id, branch=revision, exist_ok=True),
                           **retry)
-        local = {rel.as_posix() for rel in files}
         size = sum((folder / rel).stat().st_size for rel in files)
         logger.info("publishing %d files (%.1f MB) from %s to %s@%s", len(files), size / 1e6, folder, repo_id,
                     revision or "main")
-
-        def commit():
-            # Listed again on every attempt: a retry after a commit whose response was lost must not try
-            # to delete files that commit already deleted.
-            stale = []
-            if delete_stale:
-                remote = api.list_repo_files(repo_id, revision=revision)
-                stale = sorted(p for p in remote if p not in local and p not in KEEP_REMOTE)
-            operations = _operations(folder, files, repo_id)  # fresh objects: a commit mutates them
-            operations += [CommitOperationDelete(path_in_repo=p) for p in stale]
-            return api.create_commit(repo_id, operations=operations, commit_message=message, revision=revision,
-                                     create_pr=create_pr)
-
+        commit = _committer(api, folder, files, repo_id, revision=revision, message=message, create_pr=create_pr,
+                            delete_stale=delete_stale)
         if create_pr:  # a retry after a lost response would open a second pull request
             retry["max_retries"] = 0
         return _with_retries("upload", commit, **retry)
     except PublishError:
         raise
     except Exception as err:  # noqa: BLE001  (turned into one clear message)
-        raise _explain(err, repo_id, revision, endpoint, token, retry["max_retries"] + 1) from err
+        raise _explain(err, repo_id, revision, api.endpoint, token, retry["max_retries"] + 1) from err
+
+
+def _checked_folder(folder) -> tuple[Path, list[Path]]:
+    """`folder` as a Path and its files, once `check_export_folder` found it complete."""
+    if not isinstance(folder, (str, Path)):
+        raise PublishError(f"`folder_or_model` must be an exported folder or an hf_xfmr model, "
+                           f"got {type(folder).__name__}.")
+    try:
+        return Path(folder), check_export_folder(folder)
+    except ExportError as err:
+        raise PublishError(str(err)) from None
+
+
+def _token(token: str | None) -> str:
+    import huggingface_hub
+
+    token = token or huggingface_hub.get_token()
+    if not token:
+        raise PublishError("no Hugging Face token found: log in with `hf auth login`, or set the HF_TOKEN "
+                           "environment variable to a token with write access.")
+    return token
+
+
+def _committer(api, folder: Path, files: list[Path], repo_id: str, *, revision, message: str, create_pr: bool,
+               delete_stale: bool):
+    """The call that makes the one commit: every file of `folder`, and deletions of stale remote files."""
+    from huggingface_hub import CommitOperationDelete
+
+    local = {rel.as_posix() for rel in files}
+
+    def commit():
+        # Listed again on every attempt: a retry after a commit whose response was lost must not try
+        # to delete files that commit already deleted.
+        stale = []
+        if delete_stale:
+            remote = api.list_repo_files(repo_id, revision=revision)
+            stale = sorted(p for p in remote if p not in local and p not in KEEP_REMOTE)
+        operations = _operations(folder, files, repo_id)  # fresh objects: a commit mutates them
+        operations += [CommitOperationDelete(path_in_repo=p) for p in stale]
+        return api.create_commit(repo_id, operations=operations, commit_message=message, revision=revision,
+                                 create_pr=create_pr)
+
+    return commit
 
 
 def _read_architectures(folder: Path) -> str | None:
-    import json
-
     try:
-        names = json.loads((folder / "config.json").read_text()).get("architectures") or []
+        names = json.loads((folder / CONFIG_FILE).read_text()).get("architectures") or []
     except (OSError, ValueError):
         return None
     return ", ".join(names) or None
 
 
-__all__ = ["PublishError", "check_repo_id", "publish"]
+__all__ = ["PublishError", "check_repo_id", "publish", "upload_export"]

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ..hub.cards import finetune_card_fields, finetune_provenance, name_base_model_in_adapter_card
 from ..models.hub_loading import CheckpointSourceError, resolve_checkpoint
 from ..models.weights import check_weight_files
 from .finetune_tasks import (
@@ -987,104 +988,30 @@ def _majority_baseline(data: _TaskData, split: str) -> float:
     return float(np.mean(np.asarray(data.features[split]["labels"]) == majority))
 
 
-def _check_hub() -> tuple:
-    try:
-        from hf_xfmr.hub import export, publish
-    except ImportError:
-        raise FinetuneError("--push_to_hub needs hf_xfmr.hub.export/publish, which this installation does not "
-                            "provide yet.") from None
-    return export, publish
+def _check_hub(repo_id: str):
+    """`hf_xfmr.hub`, which --push_to_hub publishes through, once `repo_id` proved a Hub repository id
+    (refused before training, not after it)."""
+    from .. import hub
+
+    hub.check_repo_id(repo_id, error=FinetuneError)
+    return hub
 
 
 def _provenance(args: FinetuneArguments, given_dataset: bool) -> dict:
-    """Where the model and the data came from, as a model card names them, resolved while the run's
-    relative paths still mean what they meant (saved in metrics.json): the base model's Hub id (None for
-    a local folder of unknown origin or a from-scratch model), the Hub dataset (None for local data), and
-    a description of the data."""
-    from ..hub.cards import hub_model_id
-
-    hub_dataset = None
-    if given_dataset:
-        data = "a custom dataset"
-    elif args.dataset in BUILTIN_DATASETS:
-        data = "the VADER human-rated sentences (Hutto & Gilbert, ICWSM 2014; vaderSentiment sdist, MIT)"
-    elif args.dataset is not None and not Path(args.dataset).exists():
-        data = hub_dataset = args.dataset
-    else:
-        data = f"local data (`{Path(args.dataset or args.train_file).name}`)"
-    return {"base_model": hub_model_id(args.model_name_or_path), "lora": args.lora, "dataset": hub_dataset,
-            "dataset_config": args.dataset_config if hub_dataset else None, "data": data}
+    """Where the model and the data came from, as a model card names them (`hub.cards.finetune_provenance`)."""
+    return finetune_provenance(dataclasses.asdict(args), given_dataset=given_dataset, builtin_datasets=BUILTIN_DATASETS)
 
 
-def card_fields(settings: dict, metrics: dict) -> dict:
-    """The model-card fields of a finetuning run (keyword arguments of `hf_xfmr.hub.export`), from its options
-    (`finetune_args.json`) and its `metrics.json`: a description; the base model (a Hub id, when the run
-    started from one) and a `lora` tag; the training settings; the test metrics (validation ones without
-    a test split), in the card's model-index when measured on a Hub dataset, else in its text only.
-    `--push_to_hub` and `hf-xfmr export` of a run's model/ or merged/ folder both use it."""
-    origin = metrics.get("provenance") or {}
-    lora = bool(settings.get("lora"))
-    split = "test" if "test" in metrics else "validation"
-    prefix = "test_" if split == "test" else "eval_"
-    results = {key.removeprefix(prefix): value for key, value in (metrics.get(prefix[:-1]) or {}).items()
-               if isinstance(value, float) and math.isfinite(value) and key != "epoch"
-               and not key.endswith(("_runtime", "_per_second"))}
-    majority = (metrics.get("baseline") or {}).get(f"{split}_majority_accuracy")
-    if results and majority is not None:
-        results["majority_accuracy"] = majority
-    max_steps = settings.get("max_steps") or -1
-    training = {"task": settings.get("task"), "lora": lora,
-                "learning_rate": settings.get("learning_rate") or (5e-4 if lora else 5e-5),
-                "epochs": settings.get("num_train_epochs") if max_steps <= 0 else None,
-                "max_steps": max_steps if max_steps > 0 else None,
-                "per_device_train_batch_size": settings.get("per_device_train_batch_size"),
-                "max_seq_length": settings.get("max_seq_length"), "best_checkpoint": metrics.get("best_checkpoint")}
-    if lora:
-        training.update(lora_r=settings.get("lora_r"), lora_alpha=settings.get("lora_alpha"))
-    base = origin.get("base_model")
-    start = f"from `{base}`" if base else "from scratch" if settings.get("arch") else "from a local checkpoint"
-    how = (f"with LoRA (r={settings.get('lora_r')}, alpha={settings.get('lora_alpha')}; adapters merged into the "
-           "weights)" if lora else "in full")
-    data = origin.get("data") or "its training data"
-    shown = ", ".join(f"{k} {v:.4g}" for k, v in results.items())
-    description = (f"Finetuned {how} {start} with `hf-xfmr finetune` for {settings.get('task')} on {data}"
-                   + (f" ({split} split: {shown})." if shown else "."))
-    fields = dict(description=description, base_model=base, tags=["lora"] if lora else [],
-                  training={k: v for k, v in training.items() if v is not None})
-    if origin.get("dataset"):
-        fields["datasets"] = [origin["dataset"]]
-    if results and origin.get("dataset"):  # the model-index names a Hub dataset
-        fields.update(metrics=results, eval_dataset=origin["dataset"], eval_dataset_config=origin.get("dataset_config"),
-                      eval_split=split)
-    elif results:
-        fields.update(metrics=results, eval_source=f"the {split} split of {data}")
-    return fields
+card_fields = finetune_card_fields  # the card fields of a run are built in hub.cards; importable here as before
 
 
 def _publish(hub, model, tokenizer, args: FinetuneArguments, metrics: dict, log_file: Path, folder: Path) -> Path:
-    """`--push_to_hub REPO`: export the final model (merged with --lora) as a self-contained Hub folder with a
-    model card (`card_fields`, and the loss curve of the log), then upload that folder. Credentials come
-    from HF_TOKEN or `hf auth login`."""
-    export, publish = hub
-    export(model, tokenizer, folder, repo_id=args.push_to_hub, **card_fields(dataclasses.asdict(args), metrics),
-           training_logs=str(log_file), overwrite=True)
-    publish(folder, args.push_to_hub)
+    """`--push_to_hub REPO`: export the final model (merged with --lora) into `folder` as a self-contained Hub
+    folder with a model card (`card_fields`, and the loss curve of the log), then upload it, through
+    `hf_xfmr.hub.publish`. Credentials come from HF_TOKEN or `hf auth login`."""
+    hub.publish(model, args.push_to_hub, tokenizer=tokenizer, export_folder=folder, overwrite=True,
+                training_logs=str(log_file), **card_fields(dataclasses.asdict(args), metrics))
     return folder
-
-
-def _name_base_model_in_adapter_card(adapter_dir: Path, base_model: str | None) -> None:
-    """PEFT's `save_pretrained` writes a card (README.md) whose `base_model` is the local base folder, which
-    is no Hub id: name the Hub id (`base_model`, with PEFT's `base_model:adapter:` tag), or none."""
-    from huggingface_hub import ModelCard
-
-    path = adapter_dir / "README.md"
-    if not path.is_file():
-        return
-    card = ModelCard.load(path)
-    card.data.base_model = base_model
-    tags = [tag for tag in (card.data.tags or []) if not tag.startswith("base_model:")]
-    card.data.tags = ([f"base_model:adapter:{base_model}"] if base_model else []) + ["hf_xfmr"] + tags
-    card.save(path)
 
 
 def _prepare_output(args: FinetuneArguments) -> Path:
@@ -1116,7 +1043,7 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
     import datasets
     import transformers
 
-    hub = _check_hub() if args.push_to_hub else None
+    hub = _check_hub(args.push_to_hub) if args.push_to_hub else None
     requested = args  # what finetune_args.json records (a Hub repo id stays an id)
     if args.model_name_or_path is not None:
         try:  # a Hub repo id: its snapshot in the Hugging Face cache, downloaded if needed
@@ -1199,7 +1126,7 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
     if args.lora:
         adapter_dir = out / "adapter"
         model.save_pretrained(adapter_dir)
-        _name_base_model_in_adapter_card(adapter_dir, metrics["provenance"]["base_model"])
+        name_base_model_in_adapter_card(adapter_dir, metrics["provenance"]["base_model"])
         base = model.get_base_model()
         base.config.architectures = [type(base).__name__]  # the head class, not the checkpoint's
         base.config.save_pretrained(adapter_dir)  # so load_adapter_model rebuilds this head with these labels

@@ -525,7 +525,7 @@ def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
     arch, objective, model_class = resolve_objective(args)
     deepspeed = _using_deepspeed(args)
     if args.push_to_hub:
-        _check_publishing()
+        _check_publishing(args.push_to_hub)
     accelerator = make_accelerator(args)
     world, rank, is_main = accelerator.num_processes, accelerator.process_index, accelerator.is_main_process
     output_dir = Path(args.output_dir)
@@ -933,56 +933,23 @@ def _train_tokenizer(accelerator, arch_name: str, train_docs, args: PretrainArgu
 # Publishing (the end of a run)
 # ----------------------------------------------------------------------------------------------
 
-def _check_publishing() -> None:
-    try:
-        from hf_xfmr import hub
-    except ImportError:
-        hub = None
-    if hub is None or not hasattr(hub, "publish"):
-        raise ValueError("--push_to_hub needs hf_xfmr.hub.publish, which this installation does not have.")
+def _check_publishing(repo_id: str) -> None:
+    """Refuse a --push_to_hub that is no Hub repository id before training, not after it."""
+    from hf_xfmr.hub import check_repo_id
+
+    check_repo_id(repo_id, error=ValueError)
 
 
 def publish(model, tokenizer, args: PretrainArguments, metrics: dict, log_path: Path) -> None:
     """`--push_to_hub REPO`: export the final model as a self-contained Hub folder (model card with the
-    evaluation metrics, the training settings and the loss curve of `log.jsonl`) and upload it, through
-    `hf_xfmr.hub.publish`. Credentials come from HF_TOKEN or `hf auth login`."""
+    evaluation metrics, the training settings and the loss curve of `log.jsonl`: `hub.cards.pretrain_card_fields`)
+    and upload it, through `hf_xfmr.hub.publish`. Credentials come from HF_TOKEN or `hf auth login`."""
     from hf_xfmr.hub import publish as hub_publish
+    from hf_xfmr.hub.cards import pretrain_card_fields
 
-    training = {"objective": objective_name(args), "steps": args.max_steps, "learning_rate": args.learning_rate,
-                "per_device_train_batch_size": args.per_device_train_batch_size,
-                "gradient_accumulation_steps": args.gradient_accumulation_steps, "max_seq_length": args.max_seq_length,
-                "optimizer": args.optimizer, "lr_scheduler": args.lr_scheduler}
-    card_metrics = {k.removeprefix("eval_"): v for k, v in metrics.items() if math.isfinite(v)}
-    # The card's model-index names a Hub dataset; metrics measured on local files or the embedded corpus go
-    # into the card's text only (a model-index entry without a dataset is invalid, and export refuses it).
-    evaluated_on = args.eval_dataset or args.dataset
-    on_hub = evaluated_on is not None and not _is_local_source(evaluated_on)
-    source = args.dataset or "the embedded corpus (Python's documentation)"
-    results = ", ".join(f"{k} {v:.4g}" for k, v in card_metrics.items())
-    description = f"Pretrained with `hf-xfmr pretrain` ({objective_name(args)}) on {source}" + (
-        f" (held-out evaluation: {results})." if results else ".")
-    card = {}
-    if on_hub and card_metrics:
-        split = args.dataset_split if args.eval_dataset else f"{args.dataset_split} (held-out {args.eval_fraction:.0%})"
-        card = dict(metrics=card_metrics, eval_dataset=evaluated_on, eval_split=split)
-    elif card_metrics:
-        card = dict(metrics=card_metrics, eval_source=f"held-out text of {evaluated_on or source}")
-    if args.model_path:  # continued from a checkpoint: the card names it when it is a Hub model
-        from hf_xfmr.hub.cards import hub_model_id
-
-        card["base_model"] = hub_model_id(args.model_path)
-    if args.dataset and not _is_local_source(args.dataset):
-        card["datasets"] = [args.dataset]
-    hub_publish(model, args.push_to_hub, tokenizer=tokenizer, description=description, training=training,
-                training_logs=str(log_path), **card)
+    card = pretrain_card_fields(dataclasses.asdict(args), metrics, objective=objective_name(args))
+    hub_publish(model, args.push_to_hub, tokenizer=tokenizer, training_logs=str(log_path), **card)
 
 
 def objective_name(args: PretrainArguments) -> str:
     return args.objective or resolve_objective(args)[1].name
-
-
-def _is_local_source(source: str) -> bool:
-    """A file, folder or glob on this machine (anything else is a `datasets` name, e.g. a Hub dataset id)."""
-    import glob
-
-    return Path(source).exists() or bool(glob.glob(source)) or any(c in source for c in "*?[")
