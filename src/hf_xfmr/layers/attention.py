@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .dropout import dropout as apply_dropout
+from .fused_dropout import attention_with_dropout
 from .masks import block_diagonal_mask, causal_mask, combine_masks, document_ids_from_cu_seqlens
 from .masks import sliding_window_mask
 
@@ -117,17 +118,57 @@ def sdpa_attention_forward(
     return out.transpose(1, 2).contiguous(), None  # (B, Tq, H, D)
 
 
+def sdpa_unchecked_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, is_causal=False,
+                           **kwargs):
+    """torch's fused kernel as it is, for masks that are finite and leave no query row without a key
+    (T5's biases, a band that holds its diagonal): `sdpa_attention_forward` without its empty-row pass
+    over the output. Returns (out (B, Tq, H, D), None); the output is not made contiguous."""
+    dropout = dropout if _is_training(module) else 0.0
+    if attention_mask is not None and attention_mask.is_floating_point():
+        attention_mask = attention_mask.to(query.dtype)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
+                                         is_causal=is_causal, scale=scaling)  # (B, H, Tq, D)
+    return out.transpose(1, 2), None  # (B, Tq, H, D)
+
+
+def with_fused_cpu_dropout(kernel):
+    """`kernel`, except in fp32 CPU training with dropout, where `fused_dropout.attention_with_dropout`
+    runs instead: torch has no fused CPU kernel with dropout, and this one keeps two (B, H, Tq, Tk)
+    tensors for the backward, not three. Honours `is_causal` and the interface signature."""
+
+    def attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0, is_causal=False, **kwargs):
+        if dropout > 0.0 and _is_training(module) and query.device.type == "cpu" and query.dtype == torch.float32:
+            mask = _with_causal(attention_mask, is_causal, query.shape[-2], key.shape[-2], query.device)
+            scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+            return attention_with_dropout(query, key, value, mask, scaling=scaling, p=dropout), None
+        return kernel(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                      is_causal=is_causal, **kwargs)
+
+    return attend
+
+
 ATTENTION_KERNELS = {"eager": eager_attention_forward, "sdpa": sdpa_attention_forward}
 
 
-def resolve_kernel(implementation: str):
-    """The kernel for a config's `_attn_implementation`: ours for "eager" and "sdpa", any other name
-    (flex, a custom registration) from transformers' registry, with ours eager where it has none."""
+def resolve_kernel(implementation: str, output_attentions: bool = False, *, fused_cpu_dropout: bool = False,
+                   finite_masks: bool = False):
+    """The one place a model picks its attention kernel from a config's `_attn_implementation`.
+
+    Ours for "eager" and "sdpa", any other name (flex, a custom registration) from transformers'
+    registry, with ours eager where it has none. Options, for the callers that need them:
+        output_attentions: the weights are asked for, so eager (the one kernel that returns them).
+        finite_masks: the caller's masks are finite and leave no row empty: sdpa is torch's kernel as it
+            is (`sdpa_unchecked_forward`).
+        fused_cpu_dropout: ours ("eager", "sdpa") run `with_fused_cpu_dropout` (BART, T5: CPU training).
+    """
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    return ATTENTION_KERNELS.get(implementation) or ALL_ATTENTION_FUNCTIONS.get_interface(
-        implementation, eager_attention_forward
-    )
+    if output_attentions:
+        implementation = "eager"
+    if implementation not in ATTENTION_KERNELS:
+        return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+    kernel = sdpa_unchecked_forward if finite_masks and implementation == "sdpa" else ATTENTION_KERNELS[implementation]
+    return with_fused_cpu_dropout(kernel) if fused_cpu_dropout else kernel
 
 
 def _import_flash_attn():
@@ -231,9 +272,7 @@ def _band_attention(module, kernel, query, key, value, mask, scaling, dropout):
     """`kernel` under a mask that leaves no row empty (a band always holds its diagonal). For sdpa that
     is torch's fused kernel directly: the wrapper's empty-row bookkeeping would cost a pass over the output."""
     if kernel is sdpa_attention_forward and (dropout == 0.0 or query.device.type != "cpu"):
-        dropout = dropout if _is_training(module) else 0.0
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling)
-        return out.transpose(1, 2)  # (B, Tq, H, D)
+        return sdpa_unchecked_forward(module, query, key, value, mask, scaling=scaling, dropout=dropout)[0]
     return kernel(module, query, key, value, mask, scaling=scaling, dropout=dropout)[0]
 
 

@@ -40,11 +40,16 @@ from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ModelOutput
 
-from ...layers.attention import resolve_kernel, self_attention
 from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
-from ...layers.mlp import MLP, get_activation
-from ...layers.padding import encoder_padding
+from ...layers.mlp import MLP
+from ..encoder import (
+    EncoderSelfAttention,
+    EncoderStack,
+    MaskedLMPredictionHead,
+    TanhPooler,
+    default_position_ids,
+)
 from ..heads import (
     DropoutLinear,
     MaskedLMHead,
@@ -73,13 +78,15 @@ class XfmrAlbertEmbeddings(nn.Module):
         self.dropout = Dropout(config.hidden_dropout_prob)
         self.hidden_proj = nn.Linear(config.embedding_size, config.hidden_size)  # the factorisation's E -> C
 
+    default_position_ids = staticmethod(default_position_ids)  # (1, T)
+
     def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None):
         """`inputs_embeds` are (B, T, E): vectors of the small embedding space, as `word_embeddings` gives."""
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)  # (B, T, E)
         seq_len = inputs_embeds.shape[1]
         if position_ids is None:
-            position_ids = torch.arange(seq_len, device=inputs_embeds.device).unsqueeze(0)  # (1, T)
+            position_ids = self.default_position_ids(input_ids, seq_len, inputs_embeds.device)
         embeddings = inputs_embeds + self.position_embeddings(position_ids)
         if token_type_ids is None:
             embeddings = embeddings + self.token_type_embeddings.weight[0]  # every token is segment A
@@ -88,32 +95,11 @@ class XfmrAlbertEmbeddings(nn.Module):
         return self.hidden_proj(self.dropout(self.norm(embeddings)))  # (B, T, E) -> (B, T, C)
 
 
-class XfmrAlbertAttention(nn.Module):
-    """Multi-head self-attention; the kernel (eager, sdpa, ...) is picked by `config._attn_implementation`."""
-
-    is_causal = False  # read by transformers' kernels: never treat a missing mask as causal
+class XfmrAlbertAttention(EncoderSelfAttention):
+    """Multi-head self-attention (`models.encoder.EncoderSelfAttention`, shared by the BERT family)."""
 
     def __init__(self, config):
-        super().__init__()
-        self.config = config
-        self.num_heads = config.num_attention_heads
-        self.head_dim = config.hidden_size // config.num_attention_heads
-        self.scaling = self.head_dim**-0.5
-        self.dropout_p = config.attention_probs_dropout_prob
-        self.q_proj = nn.Linear(config.hidden_size, config.hidden_size)
-        self.k_proj = nn.Linear(config.hidden_size, config.hidden_size)
-        self.v_proj = nn.Linear(config.hidden_size, config.hidden_size)
-        self.o_proj = nn.Linear(config.hidden_size, config.hidden_size)
-
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, varlen=None):
-        """Padded (B, T, C) with a mask, or unpadded (N, C) with `varlen` (a VarlenBatch)."""
-        implementation = "eager" if output_attentions else self.config._attn_implementation
-        tokens = hidden_states.shape[:-1]  # (B, T) or (N,)
-        heads = (*tokens, self.num_heads, self.head_dim)
-        q, k, v = (proj(hidden_states).view(heads) for proj in (self.q_proj, self.k_proj, self.v_proj))  # (..., H, D)
-        out, weights = self_attention(self, resolve_kernel(implementation), q, k, v, attention_mask, varlen,
-                                      scaling=self.scaling, dropout=self.dropout_p if self.training else 0.0)
-        return self.o_proj(out.reshape(*tokens, -1)), weights  # (..., H, D) -> (..., C)
+        super().__init__(config, config.hidden_size, config.num_attention_heads, config.attention_probs_dropout_prob)
 
 
 class XfmrAlbertLayer(GradientCheckpointingLayer):
@@ -142,15 +128,11 @@ class XfmrAlbertLayerGroup(nn.Module):
         self.layers = nn.ModuleList(XfmrAlbertLayer(config) for _ in range(config.inner_group_num))
 
 
-class XfmrAlbertPooler(nn.Module):
+class XfmrAlbertPooler(TanhPooler):
     """tanh(W h_[CLS] + b): the sentence representation used by SOP and sequence-level heads."""
 
     def __init__(self, config):
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-
-    def forward(self, hidden_states):
-        return torch.tanh(self.dense(hidden_states[:, 0]))  # (B, C)
+        super().__init__(config.hidden_size)
 
 
 class XfmrAlbertPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
@@ -167,7 +149,7 @@ class XfmrAlbertPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
         normal_init_(module, self.config.initializer_range)
 
 
-class XfmrAlbertModel(XfmrAlbertPreTrainedModel):
+class XfmrAlbertModel(EncoderStack, XfmrAlbertPreTrainedModel):
     """The encoder: factorised embeddings, `num_hidden_layers` applications of shared layers, optional pooler."""
 
     def __init__(self, config, add_pooling_layer: bool = True):
@@ -213,31 +195,10 @@ class XfmrAlbertModel(XfmrAlbertPreTrainedModel):
         )
         return_dict = self.config.return_dict if return_dict is None else return_dict
 
-        # One decision per forward (layers.padding.encoder_padding): the real tokens only, or the padded
-        # layout with a mask, or without one. Both call the same modules in the same order.
-        varlen, mask = encoder_padding(attention_mask, unpad=self.config.unpad_inputs and not output_attentions)
-        if varlen is not None:  # the embeddings take the real tokens as one (1, N) row
-            if position_ids is None:  # numbered in the padded layout
-                position_ids = torch.arange(seq_len, device=attention_mask.device).unsqueeze(0)  # (1, T)
-            input_ids, token_type_ids, position_ids, inputs_embeds = varlen.unpad_inputs(
-                input_ids, token_type_ids, position_ids, inputs_embeds)
-        hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, C)
-        if varlen is not None:
-            hidden_states = hidden_states.squeeze(0)  # (N, C)
-
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
-        all_attentions = () if output_attentions else None
-        for layer in self.layer_schedule():
-            hidden_states, weights = layer(hidden_states, mask, output_attentions, varlen)
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            if output_attentions:
-                all_attentions += (weights,)
-        if varlen is not None:  # back to (B, T, C), zeros at padding
-            hidden_states = varlen.pad(hidden_states)
-            if output_hidden_states:
-                all_hidden_states = tuple(varlen.pad(h) for h in all_hidden_states)
-
+        inputs = {"input_ids": input_ids, "token_type_ids": token_type_ids, "position_ids": position_ids,
+                  "inputs_embeds": inputs_embeds}
+        hidden_states, all_hidden_states, all_attentions = self.run_encoder(
+            self.layer_schedule(), inputs, attention_mask, seq_len, output_attentions, output_hidden_states)
         pooled = self.pooler(hidden_states) if self.pooler is not None else None
         output = BaseModelOutputWithPooling(
             last_hidden_state=hidden_states, pooler_output=pooled,
@@ -246,18 +207,12 @@ class XfmrAlbertModel(XfmrAlbertPreTrainedModel):
         return output if return_dict else output.to_tuple()
 
 
-class XfmrAlbertLMHead(nn.Module):
+class XfmrAlbertLMHead(MaskedLMPredictionHead):
     """MLM head: dense C -> E, activation, LayerNorm, then the decoder E -> V (tied to the input embeddings)."""
 
     def __init__(self, config):
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.embedding_size)
-        self.act = get_activation(config.hidden_act)
-        self.norm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
-        self.decoder = nn.Linear(config.embedding_size, config.vocab_size)
-
-    def forward(self, hidden_states):
-        return self.decoder(self.norm(self.act(self.dense(hidden_states))))  # (..., C) -> (..., V)
+        super().__init__(config.hidden_size, config.embedding_size, config.vocab_size, config.hidden_act,
+                         config.layer_norm_eps)
 
 
 # -- task heads (shared machinery in models/heads.py; ALBERT states its backbone and pooling) --------

@@ -46,11 +46,10 @@ from transformers.cache_utils import EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPast, Seq2SeqModelOutput
 
-from ...layers.attention import ATTENTION_KERNELS, resolve_kernel, self_attention
+from ...layers.attention import resolve_kernel, self_attention
 from ...layers.dropout import Dropout
-from ...layers.fused_dropout import attention_with_dropout
 from ...layers.init import normal_init_
-from ...layers.masks import causal_mask, decoder_attention_mask
+from ...layers.masks import decoder_attention_mask
 from ...layers.mlp import get_activation
 from ...layers.padding import encoder_padding
 from ..causal_lm import CausalLMHead
@@ -95,34 +94,22 @@ class XfmrBartAttention(Seq2SeqAttention):
         tensor, the causal constraint alone. `key_value_states` (B, S, C): the encoder output (cross-attention).
         `varlen` (a VarlenBatch): unpadded (N, C) encoder tokens, attention within each sequence."""
         dropout = self.dropout_p if self.training else 0.0
+        # The config's kernel (eager when the weights are asked for); in CPU training in fp32 with dropout the
+        # fused-dropout kernel (torch has none): it keeps two (b, H, T, K) tensors, not three.
+        kernel = resolve_kernel(self.config._attn_implementation, output_attentions, fused_cpu_dropout=True)
         if varlen is not None:
             tokens = hidden_states.shape[0]
             q, k, v = (proj(hidden_states).view(tokens, self.num_heads, self.head_dim)
                        for proj in (self.q_proj, self.k_proj, self.v_proj))  # (N, H, D)
-            out, _ = self_attention(self, bart_attention, q, k, v, varlen=varlen, scaling=self.scaling,
+            out, _ = self_attention(self, kernel, q, k, v, varlen=varlen, scaling=self.scaling,
                                     dropout=dropout)  # (N, H, D)
             return self.o_proj(out.reshape(tokens, -1)), None
         batch, seq_len, _ = hidden_states.shape
         q, k, v = self.queries_keys_values(hidden_states, key_value_states, past_key_values)  # (B, H, T|K, D)
-        out, weights = bart_attention(self, q, k, v, attention_mask, scaling=self.scaling, dropout=dropout,
-                                      is_causal=is_causal, output_attentions=output_attentions)  # (B, T, H, D)
+        out, weights = kernel(self, q, k, v, attention_mask, scaling=self.scaling, dropout=dropout,
+                              is_causal=is_causal)  # (B, T, H, D)
         out = out.reshape(batch, seq_len, -1)  # (B, T, H, D) -> (B, T, C)
         return self.o_proj(out), weights
-
-
-def bart_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, is_causal=False,
-                   output_attentions=False, **kwargs):
-    """A BART layer's attention kernel, with the attention-interface signature: (b, H, T, D) -> (out (b, T, H, D),
-    weights or None). The config's kernel (eager when the weights are asked for); in CPU training in fp32 with
-    dropout the fused-dropout kernel (torch has none): it keeps two (b, H, T, K) tensors, not three."""
-    implementation = "eager" if output_attentions else module.config._attn_implementation
-    cpu_fp32 = query.device.type == "cpu" and query.dtype == torch.float32
-    if dropout > 0.0 and cpu_fp32 and implementation in ATTENTION_KERNELS:
-        if is_causal:
-            attention_mask = causal_mask(query.shape[-2], key.shape[-2], device=query.device)  # (T, P + T)
-        return attention_with_dropout(query, key, value, attention_mask, scaling=scaling, p=dropout), None
-    return resolve_kernel(implementation)(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
-                                          is_causal=is_causal)
 
 
 class XfmrBartMLP(nn.Module):

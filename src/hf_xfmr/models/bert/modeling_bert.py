@@ -30,11 +30,16 @@ from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ModelOutput
 
-from ...layers.attention import resolve_kernel, self_attention
 from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
-from ...layers.mlp import MLP, get_activation
-from ...layers.padding import encoder_padding
+from ...layers.mlp import MLP
+from ..encoder import (
+    EncoderSelfAttention,
+    EncoderStack,
+    MaskedLMPredictionHead,
+    TanhPooler,
+    default_position_ids,
+)
 from ..heads import (
     MaskedLMHead,
     MultipleChoiceHead,
@@ -62,8 +67,7 @@ class XfmrBertEmbeddings(nn.Module):
         self.dropout = Dropout(config.hidden_dropout_prob)
         self.max_length = config.max_position_embeddings  # longest input with default positions
 
-    def default_position_ids(self, input_ids, seq_len, device):
-        return torch.arange(seq_len, device=device).unsqueeze(0)  # (1, T)
+    default_position_ids = staticmethod(default_position_ids)  # (1, T); RoBERTa numbers from its padding
 
     def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None):
         if inputs_embeds is None:
@@ -80,33 +84,12 @@ class XfmrBertEmbeddings(nn.Module):
         return self.dropout(self.norm(embeddings))
 
 
-class XfmrBertAttention(nn.Module):
-    """Multi-head self-attention; the kernel (eager, sdpa, ...) is picked by `config._attn_implementation`."""
-
-    is_causal = False  # read by transformers' kernels: never treat a missing mask as causal
+class XfmrBertAttention(EncoderSelfAttention):
+    """Multi-head self-attention (`models.encoder.EncoderSelfAttention`, shared by the BERT family)."""
 
     def __init__(self, config, layer_idx: int):
-        super().__init__()
-        self.config = config
+        super().__init__(config, config.hidden_size, config.num_attention_heads, config.attention_probs_dropout_prob)
         self.layer_idx = layer_idx
-        self.num_heads = config.num_attention_heads
-        self.head_dim = config.hidden_size // config.num_attention_heads
-        self.scaling = self.head_dim**-0.5
-        self.dropout_p = config.attention_probs_dropout_prob
-        self.q_proj = nn.Linear(config.hidden_size, config.hidden_size)
-        self.k_proj = nn.Linear(config.hidden_size, config.hidden_size)
-        self.v_proj = nn.Linear(config.hidden_size, config.hidden_size)
-        self.o_proj = nn.Linear(config.hidden_size, config.hidden_size)
-
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, varlen=None):
-        """Padded (B, T, C) with a mask, or unpadded (N, C) with `varlen` (a VarlenBatch)."""
-        implementation = "eager" if output_attentions else self.config._attn_implementation
-        tokens = hidden_states.shape[:-1]  # (B, T) or (N,)
-        heads = (*tokens, self.num_heads, self.head_dim)
-        q, k, v = (proj(hidden_states).view(heads) for proj in (self.q_proj, self.k_proj, self.v_proj))  # (..., H, D)
-        out, weights = self_attention(self, resolve_kernel(implementation), q, k, v, attention_mask, varlen,
-                                      scaling=self.scaling, dropout=self.dropout_p if self.training else 0.0)
-        return self.o_proj(out.reshape(*tokens, -1)), weights  # (..., H, D) -> (..., C)
 
 
 class XfmrBertLayer(GradientCheckpointingLayer):
@@ -128,15 +111,11 @@ class XfmrBertLayer(GradientCheckpointingLayer):
         return hidden_states, weights
 
 
-class XfmrBertPooler(nn.Module):
+class XfmrBertPooler(TanhPooler):
     """tanh(W h_[CLS] + b): the sentence representation used by NSP and sequence-level heads."""
 
     def __init__(self, config):
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-
-    def forward(self, hidden_states):
-        return torch.tanh(self.dense(hidden_states[:, 0]))  # (B, C)
+        super().__init__(config.hidden_size)
 
 
 class XfmrBertPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
@@ -153,13 +132,11 @@ class XfmrBertPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
         normal_init_(module, self.config.initializer_range)
 
 
-class XfmrBertModel(XfmrBertPreTrainedModel):
+class XfmrBertModel(EncoderStack, XfmrBertPreTrainedModel):
     """The encoder: embeddings, `num_hidden_layers` post-LN layers and an optional [CLS] pooler.
 
     With `config.unpad_inputs` (the default) right-padded batches run on their real tokens only and the
-    outputs at padding positions are zeros. Both paths call the same modules in the same order, so the
-    module sequence never depends on the batch (whether it has padding): under ZeRO-3 every process must
-    run the same sequence, or they hang.
+    outputs at padding positions are zeros (`models.encoder.EncoderStack.run_encoder`).
     """
 
     embeddings_class = XfmrBertEmbeddings
@@ -208,30 +185,10 @@ class XfmrBertModel(XfmrBertPreTrainedModel):
         )
         return_dict = self.config.return_dict if return_dict is None else return_dict
 
-        # One decision per forward: real tokens only, the padded layout with a mask, or without one.
-        varlen, mask = encoder_padding(attention_mask, unpad=self.config.unpad_inputs and not output_attentions)
-        if varlen is not None:  # the embeddings take the real tokens as one (1, N) row
-            if position_ids is None:  # numbered in the padded layout (RoBERTa's depend on the padding)
-                position_ids = self.embeddings.default_position_ids(input_ids, seq_len, attention_mask.device)
-            input_ids, token_type_ids, position_ids, inputs_embeds = varlen.unpad_inputs(
-                input_ids, token_type_ids, position_ids, inputs_embeds)
-        hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, C)
-        if varlen is not None:
-            hidden_states = hidden_states.squeeze(0)  # (N, C)
-
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
-        all_attentions = () if output_attentions else None
-        for layer in self.layers:
-            hidden_states, weights = layer(hidden_states, mask, output_attentions, varlen)
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            if output_attentions:
-                all_attentions += (weights,)
-        if varlen is not None:  # back to (B, T, C), zeros at padding
-            hidden_states = varlen.pad(hidden_states)
-            if output_hidden_states:
-                all_hidden_states = tuple(varlen.pad(h) for h in all_hidden_states)
-
+        inputs = {"input_ids": input_ids, "token_type_ids": token_type_ids, "position_ids": position_ids,
+                  "inputs_embeds": inputs_embeds}
+        hidden_states, all_hidden_states, all_attentions = self.run_encoder(
+            self.layers, inputs, attention_mask, seq_len, output_attentions, output_hidden_states)
         pooled = self.pooler(hidden_states) if self.pooler is not None else None
         output = BaseModelOutputWithPooling(
             last_hidden_state=hidden_states, pooler_output=pooled,
@@ -240,18 +197,12 @@ class XfmrBertModel(XfmrBertPreTrainedModel):
         return output if return_dict else output.to_tuple()
 
 
-class XfmrBertLMHead(nn.Module):
+class XfmrBertLMHead(MaskedLMPredictionHead):
     """MLM head: dense -> activation -> LayerNorm -> decoder onto the vocabulary (tied to the input embeddings)."""
 
     def __init__(self, config):
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.act = get_activation(config.hidden_act)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
-
-    def forward(self, hidden_states):
-        return self.decoder(self.norm(self.act(self.dense(hidden_states))))  # (..., V)
+        super().__init__(config.hidden_size, config.hidden_size, config.vocab_size, config.hidden_act,
+                         config.layer_norm_eps)
 
 
 # -- task heads (shared machinery in models/heads.py; BERT states its backbone and pooling) ----------

@@ -32,11 +32,10 @@ from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput
 
-from ...layers.attention import resolve_kernel, self_attention
 from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
-from ...layers.mlp import MLP, get_activation
-from ...layers.padding import encoder_padding
+from ...layers.mlp import MLP
+from ..encoder import EncoderSelfAttention, EncoderStack, MaskedLMPredictionHead, default_position_ids
 from ..heads import (
     DropoutLinear,
     MaskedLMHead,
@@ -77,41 +76,22 @@ class XfmrDistilBertEmbeddings(nn.Module):
         self.norm = nn.LayerNorm(config.dim, eps=LAYER_NORM_EPS)
         self.dropout = Dropout(config.dropout)
 
+    default_position_ids = staticmethod(default_position_ids)  # (1, T)
+
     def forward(self, input_ids=None, position_ids=None, inputs_embeds=None):
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)  # (B, T, C)
         if position_ids is None:
-            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device).unsqueeze(0)  # (1, T)
+            position_ids = self.default_position_ids(input_ids, inputs_embeds.shape[1], inputs_embeds.device)
         return self.dropout(self.norm(inputs_embeds + self.position_embeddings(position_ids)))
 
 
-class XfmrDistilBertAttention(nn.Module):
-    """Multi-head self-attention; the kernel (eager, sdpa, ...) is picked by `config._attn_implementation`."""
-
-    is_causal = False  # read by transformers' kernels: never treat a missing mask as causal
+class XfmrDistilBertAttention(EncoderSelfAttention):
+    """Multi-head self-attention (`models.encoder.EncoderSelfAttention`, shared by the BERT family)."""
 
     def __init__(self, config, layer_idx: int):
-        super().__init__()
-        self.config = config
+        super().__init__(config, config.dim, config.n_heads, config.attention_dropout)
         self.layer_idx = layer_idx
-        self.num_heads = config.n_heads
-        self.head_dim = config.dim // config.n_heads
-        self.scaling = self.head_dim**-0.5
-        self.dropout_p = config.attention_dropout
-        self.q_proj = nn.Linear(config.dim, config.dim)
-        self.k_proj = nn.Linear(config.dim, config.dim)
-        self.v_proj = nn.Linear(config.dim, config.dim)
-        self.o_proj = nn.Linear(config.dim, config.dim)
-
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, varlen=None):
-        """Padded (B, T, C) with a mask, or unpadded (N, C) with `varlen` (a VarlenBatch)."""
-        implementation = "eager" if output_attentions else self.config._attn_implementation
-        tokens = hidden_states.shape[:-1]  # (B, T) or (N,)
-        heads = (*tokens, self.num_heads, self.head_dim)
-        q, k, v = (proj(hidden_states).view(heads) for proj in (self.q_proj, self.k_proj, self.v_proj))  # (..., H, D)
-        out, weights = self_attention(self, resolve_kernel(implementation), q, k, v, attention_mask, varlen,
-                                      scaling=self.scaling, dropout=self.dropout_p if self.training else 0.0)
-        return self.o_proj(out.reshape(*tokens, -1)), weights  # (..., H, D) -> (..., C)
 
 
 class XfmrDistilBertLayer(GradientCheckpointingLayer):
@@ -147,7 +127,7 @@ class XfmrDistilBertPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
             init.copy_(module.weight, sinusoidal_positions(*module.weight.shape).to(module.weight.dtype))
 
 
-class XfmrDistilBertModel(XfmrDistilBertPreTrainedModel):
+class XfmrDistilBertModel(EncoderStack, XfmrDistilBertPreTrainedModel):
     """The encoder: embeddings and `n_layers` post-LN layers; no pooler."""
 
     def __init__(self, config):
@@ -186,47 +166,20 @@ class XfmrDistilBertModel(XfmrDistilBertPreTrainedModel):
         )
         return_dict = self.config.return_dict if return_dict is None else return_dict
 
-        # One decision per forward (layers.padding.encoder_padding): the real tokens only, or the padded
-        # layout with a mask, or without one. Both call the same modules in the same order.
-        varlen, mask = encoder_padding(attention_mask, unpad=self.config.unpad_inputs and not output_attentions)
-        if varlen is not None:  # the embeddings take the real tokens as one (1, N) row
-            if position_ids is None:  # numbered in the padded layout
-                position_ids = torch.arange(seq_len, device=attention_mask.device).unsqueeze(0)  # (1, T)
-            input_ids, position_ids, inputs_embeds = varlen.unpad_inputs(input_ids, position_ids, inputs_embeds)
-        hidden_states = self.embeddings(input_ids, position_ids, inputs_embeds)  # (B, T, C)
-        if varlen is not None:
-            hidden_states = hidden_states.squeeze(0)  # (N, C)
-
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
-        all_attentions = () if output_attentions else None
-        for layer in self.layers:
-            hidden_states, weights = layer(hidden_states, mask, output_attentions, varlen)
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            if output_attentions:
-                all_attentions += (weights,)
-        if varlen is not None:  # back to (B, T, C), zeros at padding
-            hidden_states = varlen.pad(hidden_states)
-            if output_hidden_states:
-                all_hidden_states = tuple(varlen.pad(h) for h in all_hidden_states)
+        inputs = {"input_ids": input_ids, "position_ids": position_ids, "inputs_embeds": inputs_embeds}
+        hidden_states, all_hidden_states, all_attentions = self.run_encoder(
+            self.layers, inputs, attention_mask, seq_len, output_attentions, output_hidden_states)
 
         output = BaseModelOutput(last_hidden_state=hidden_states, hidden_states=all_hidden_states,
                                  attentions=all_attentions)
         return output if return_dict else output.to_tuple()
 
 
-class XfmrDistilBertLMHead(nn.Module):
+class XfmrDistilBertLMHead(MaskedLMPredictionHead):
     """MLM head: dense -> activation -> LayerNorm -> decoder onto the vocabulary (tied to the input embeddings)."""
 
     def __init__(self, config):
-        super().__init__()
-        self.dense = nn.Linear(config.dim, config.dim)
-        self.act = get_activation(config.activation)
-        self.norm = nn.LayerNorm(config.dim, eps=LAYER_NORM_EPS)
-        self.decoder = nn.Linear(config.dim, config.vocab_size)
-
-    def forward(self, hidden_states):
-        return self.decoder(self.norm(self.act(self.dense(hidden_states))))  # (..., V)
+        super().__init__(config.dim, config.dim, config.vocab_size, config.activation, LAYER_NORM_EPS)
 
 
 class XfmrDistilBertClassificationHead(nn.Module):

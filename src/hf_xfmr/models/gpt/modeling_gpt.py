@@ -128,8 +128,7 @@ class XfmrGPTAttention(nn.Module):
         dtype = q.dtype
         if self.upcast:  # reorder_and_upcast_attn: the whole softmax(q k^T) v in float32
             q, k, v = q.float(), k.float(), v.float()
-        implementation = "eager" if output_attentions else self.config._attn_implementation
-        attention = resolve_kernel(implementation)
+        attention = resolve_kernel(self.config._attn_implementation, output_attentions)
         dropout = self.dropout_p if self.training else 0.0
         if varlen is None:
             out, weights = attention(self, q, k, v, attention_mask, scaling=self.scaling, dropout=dropout,

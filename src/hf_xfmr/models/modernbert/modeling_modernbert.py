@@ -30,7 +30,7 @@ from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput
 
-from ...layers.attention import flash_varlen_attention, resolve_kernel, varlen_attention
+from ...layers.attention import flash_varlen_attention, varlen_attention
 from ...layers.cross_entropy import linear_cross_entropy
 from ...layers.dropout import Dropout
 from ...layers.init import truncated_normal_init_
@@ -44,6 +44,7 @@ from ...layers.masks import (
 from ...layers.mlp import GLU, get_activation
 from ...layers.padding import pad_input, varlen_batch
 from ...layers.rope import apply_rope, rope_cos_sin, rope_inv_freq
+from ..encoder import EncoderSelfAttention
 from ..heads import (
     MaskedLMHead,
     MultipleChoiceHead,
@@ -75,37 +76,23 @@ class XfmrModernBertEmbeddings(nn.Module):
         return self.dropout(self.norm(inputs_embeds))
 
 
-class XfmrModernBertAttention(nn.Module):
-    """Multi-head self-attention with RoPE, global or within a sliding window of `local_attention` tokens."""
-
-    is_causal = False  # read by transformers' kernels: never treat a missing mask as causal
+class XfmrModernBertAttention(EncoderSelfAttention):
+    """Multi-head self-attention with RoPE, global or within a sliding window of `local_attention` tokens.
+    The projections and the kernel choice are BERT's (`models.encoder.EncoderSelfAttention`)."""
 
     def __init__(self, config, layer_idx: int):
-        super().__init__()
-        self.config = config
+        super().__init__(config, config.hidden_size, config.num_attention_heads, config.attention_dropout,
+                         bias=config.attention_bias)
         self.layer_idx = layer_idx
-        self.num_heads = config.num_attention_heads
-        self.head_dim = config.hidden_size // config.num_attention_heads
-        self.scaling = self.head_dim**-0.5
-        self.dropout_p = config.attention_dropout
         self.is_global = config.is_global_layer(layer_idx)
         self.window = None if self.is_global else config.local_attention  # total width; None = global
-        self.q_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
-        self.k_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
-        self.v_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
-        self.o_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
         self.o_proj.init_std = config.initializer_range / (2.0 * config.num_hidden_layers) ** 0.5
         self.out_dropout = Dropout(config.attention_dropout)
-
-    def kernel(self, output_attentions=False):
-        implementation = "eager" if output_attentions else self.config._attn_implementation
-        return resolve_kernel(implementation)
 
     def forward(self, hidden_states, cos, sin, varlen=None, attention_mask=None, output_attentions=False):
         """Unpadded: hidden_states (N, C) with `varlen` (a VarlenBatch). Padded: (B, T, C) with a bool mask."""
         shape = hidden_states.shape[:-1]  # (N,) or (B, T)
-        heads = (*shape, self.num_heads, self.head_dim)
-        q, k, v = (proj(hidden_states).view(heads) for proj in (self.q_proj, self.k_proj, self.v_proj))  # (..., H, D)
+        q, k, v = self.queries_keys_values(hidden_states)  # (..., H, D)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         dropout = self.dropout_p if self.training else 0.0
         weights = None

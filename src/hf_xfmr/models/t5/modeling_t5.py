@@ -34,15 +34,14 @@ H heads, D d_kv, F d_ff, V vocabulary, N real (unpadded) encoder tokens, L the l
 """
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqModelOutput
 
-from ...layers.attention import ATTENTION_KERNELS, resolve_kernel, self_attention
+from ...layers.attention import resolve_kernel, self_attention
 from ...layers.dropout import Dropout
-from ...layers.fused_dropout import attention_with_dropout, relu_dropout
+from ...layers.fused_dropout import relu_dropout
 from ...layers.masks import causal_mask
 from ...layers.mlp import GLU, get_activation
 from ...layers.norms import RMSNorm
@@ -108,18 +107,12 @@ class XfmrT5Attention(Seq2SeqAttention):
 
     def attend(self, q, k, v, attention_mask, dropout, output_attentions=False):
         """softmax(q k^T + mask) v without score scaling: (b, H, T, D) -> (out (b, T, H, D), weights or None)."""
-        implementation = "eager" if output_attentions else self.config._attn_implementation
-        if dropout > 0.0 and q.device.type == "cpu" and q.dtype == torch.float32 and implementation in ATTENTION_KERNELS:
-            # CPU training: torch has no fused kernel with dropout; this one keeps two (B, H, T, K) tensors, not three
-            return attention_with_dropout(q, k, v, attention_mask, scaling=1.0, p=dropout), None
-        if implementation == "sdpa":
-            # The stack's masks are finite (finfo.min, never -inf) and every query sees a key (its own position,
-            # or a real encoder token), so torch's kernel takes them as they are, as the reference does.
-            if attention_mask is not None and attention_mask.is_floating_point():
-                attention_mask = attention_mask.to(q.dtype)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=dropout, scale=1.0)
-            return out.transpose(1, 2), None  # (B, T, H, D)
-        return resolve_kernel(implementation)(self, q, k, v, attention_mask, scaling=1.0, dropout=dropout)
+        # The stack's masks are finite (finfo.min, never -inf) and every query sees a key (its own position, or a
+        # real encoder token), so torch's sdpa kernel takes them as they are, as the reference does. CPU training:
+        # torch has no fused kernel with dropout; ours keeps two (B, H, T, K) tensors, not three.
+        kernel = resolve_kernel(self.config._attn_implementation, output_attentions, fused_cpu_dropout=True,
+                                finite_masks=True)
+        return kernel(self, q, k, v, attention_mask, scaling=1.0, dropout=dropout)
 
 
 class XfmrT5MLP(nn.Module):

@@ -1,0 +1,140 @@
+"""The parts the BERT-family encoders share (BERT, RoBERTa, ALBERT, DistilBERT; ModernBERT's attention):
+one definition each, so the copies cannot drift apart.
+
+- `EncoderSelfAttention`: bidirectional multi-head self-attention on the padded (B, T, C) or unpadded
+  (N, C) layout, its kernel picked by `layers.attention.resolve_kernel` from the config. Each
+  architecture subclasses it under its own name, passing its config's field names.
+- `TanhPooler`: tanh(W h_[CLS] + b), the sentence representation of NSP / SOP and sequence heads.
+- `MaskedLMPredictionHead`: dense -> activation -> LayerNorm -> decoder onto the vocabulary.
+- `EncoderStack.run_encoder`: the body of an encoder's forward between its input checks and its output
+  class: the padding decision, the embeddings, the layers (with the hidden states and attention weights
+  collected on request) and the padded layout restored.
+- `collect`: append to an optional tuple of per-layer outputs (every stack's `output_hidden_states`).
+
+Parameter names are the ones every hf_xfmr model uses (`q_proj`, `k_proj`, `v_proj`, `o_proj`; `dense`,
+`norm`, `decoder`), so state-dict keys and the converters' tables are the same as before the sharing.
+
+Shapes: B batch, T sequence length, C hidden size, E width of the MLM head (C, or ALBERT's embedding
+size), H heads, D head size (C / H), V vocabulary size, N number of real (unpadded) tokens.
+"""
+
+import torch
+from torch import nn
+
+from ..layers.attention import resolve_kernel, self_attention
+from ..layers.mlp import get_activation
+from ..layers.padding import encoder_padding
+
+
+def collect(collected: tuple | None, item) -> tuple | None:
+    """`collected + (item,)`, or None when nothing is being collected (the output was not asked for)."""
+    return None if collected is None else collected + (item,)
+
+
+class EncoderSelfAttention(nn.Module):
+    """Multi-head self-attention; the kernel (eager, sdpa, ...) is picked by `config._attn_implementation`.
+
+    `config` is kept for its `_attn_implementation` (read at every call: `set_attn_implementation` changes
+    it); the sizes are passed explicitly because the architectures name their config fields differently.
+    """
+
+    is_causal = False  # read by transformers' kernels: never treat a missing mask as causal
+
+    def __init__(self, config, hidden_size: int, num_heads: int, dropout: float, bias: bool = True):
+        super().__init__()
+        self.config = config
+        self.num_heads = num_heads
+        self.head_dim = hidden_size // num_heads
+        self.scaling = self.head_dim**-0.5
+        self.dropout_p = dropout
+        self.q_proj = nn.Linear(hidden_size, hidden_size, bias=bias)
+        self.k_proj = nn.Linear(hidden_size, hidden_size, bias=bias)
+        self.v_proj = nn.Linear(hidden_size, hidden_size, bias=bias)
+        self.o_proj = nn.Linear(hidden_size, hidden_size, bias=bias)
+
+    def kernel(self, output_attentions: bool = False):
+        """The padded attention kernel for this call (eager when the weights are asked for)."""
+        return resolve_kernel(self.config._attn_implementation, output_attentions)
+
+    def queries_keys_values(self, hidden_states):
+        """(..., C) -> q, k, v (..., H, D): (B, T, H, D) padded or (N, H, D) unpadded."""
+        heads = (*hidden_states.shape[:-1], self.num_heads, self.head_dim)
+        return tuple(proj(hidden_states).view(heads) for proj in (self.q_proj, self.k_proj, self.v_proj))
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, varlen=None):
+        """Padded (B, T, C) with a mask, or unpadded (N, C) with `varlen` (a VarlenBatch).
+        Returns (out (..., C), weights (B, H, T, T) or None)."""
+        tokens = hidden_states.shape[:-1]  # (B, T) or (N,)
+        q, k, v = self.queries_keys_values(hidden_states)  # (..., H, D)
+        out, weights = self_attention(self, self.kernel(output_attentions), q, k, v, attention_mask, varlen,
+                                      scaling=self.scaling, dropout=self.dropout_p if self.training else 0.0)
+        return self.o_proj(out.reshape(*tokens, -1)), weights  # (..., H, D) -> (..., C)
+
+
+class TanhPooler(nn.Module):
+    """tanh(W h_[CLS] + b): (B, T, C) -> (B, C), the sentence representation used by sequence-level heads."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, hidden_states):
+        return torch.tanh(self.dense(hidden_states[:, 0]))  # (B, C)
+
+
+class MaskedLMPredictionHead(nn.Module):
+    """MLM head: dense C -> E, activation, LayerNorm, then the decoder E -> V (tied to the input embeddings)."""
+
+    def __init__(self, hidden_size: int, width: int, vocab_size: int, activation: str, eps: float):
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, width)
+        self.act = get_activation(activation)
+        self.norm = nn.LayerNorm(width, eps=eps)
+        self.decoder = nn.Linear(width, vocab_size)
+
+    def forward(self, hidden_states):
+        return self.decoder(self.norm(self.act(self.dense(hidden_states))))  # (..., C) -> (..., V)
+
+
+class EncoderStack:
+    """Mixin of a BERT-family encoder model: `run_encoder` is its forward between input checks and output.
+
+    The model has `self.embeddings` (called with the inputs as keywords; `default_position_ids(input_ids,
+    seq_len, device)` numbers a row) and `self.config.unpad_inputs`. Both layouts call the same modules in
+    the same order, so the module sequence never depends on the batch (whether it has padding): under
+    ZeRO-3 every process must run the same sequence, or they hang.
+    """
+
+    def run_encoder(self, layers, inputs: dict, attention_mask, seq_len: int, output_attentions: bool,
+                    output_hidden_states: bool):
+        """Embed `inputs` (the embeddings' keyword arguments, `position_ids` among them) and run `layers`.
+
+        One decision per forward (`layers.padding.encoder_padding`): the real tokens only, or the padded
+        layout with a mask, or without one. Returns (last hidden state (B, T, C), all hidden states or None,
+        all attention weights or None); hidden states are zeros at padding positions when unpadded.
+        """
+        varlen, mask = encoder_padding(attention_mask, unpad=self.config.unpad_inputs and not output_attentions)
+        if varlen is not None:  # the embeddings take the real tokens as one (1, N) row
+            if inputs["position_ids"] is None:  # numbered in the padded layout (RoBERTa's depend on the padding)
+                inputs["position_ids"] = self.embeddings.default_position_ids(
+                    inputs.get("input_ids"), seq_len, attention_mask.device)
+            inputs = dict(zip(inputs, varlen.unpad_inputs(*inputs.values())))
+        hidden_states = self.embeddings(**inputs)  # (B, T, C)
+        if varlen is not None:
+            hidden_states = hidden_states.squeeze(0)  # (N, C)
+
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for layer in layers:
+            hidden_states, weights = layer(hidden_states, mask, output_attentions, varlen)
+            all_hidden_states, all_attentions = collect(all_hidden_states, hidden_states), collect(all_attentions, weights)
+        if varlen is not None:  # back to (B, T, C), zeros at padding
+            hidden_states = varlen.pad(hidden_states)
+            if output_hidden_states:
+                all_hidden_states = tuple(varlen.pad(h) for h in all_hidden_states)
+        return hidden_states, all_hidden_states, all_attentions
+
+
+def default_position_ids(input_ids, seq_len: int, device) -> torch.Tensor:
+    """(1, T) positions 0..T-1: what an absolute-position encoder numbers a row with by default."""
+    return torch.arange(seq_len, device=device).unsqueeze(0)
