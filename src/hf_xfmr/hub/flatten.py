@@ -22,6 +22,9 @@ them and its references, with the scope rules of Python, so locals are never tou
 A `Unit` is one output file. Several units can be generated together (`flatten_units`): a later
 unit imports, from an earlier one, what that one already defines (`from .configuration_x import
 XConfig`), so a config class exists once and keeps its identity.
+
+What model code must respect to stay flattenable, what is refused, and the tests that check every
+architecture's generated code loads without hf_xfmr and matches: docs/flatten.md (the one place).
 """
 
 import ast

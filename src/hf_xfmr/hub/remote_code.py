@@ -4,7 +4,7 @@ the `auto_map` that points transformers' Auto classes at them.
 Everything comes from the architecture registry (`hf_xfmr.models.architectures()`): the config
 class, the model class of every task, and the Auto class of each task (`TASK_AUTO_CLASSES`). The
 files are generated from the sources by `flatten.py`, so an architecture added to the package is
-exportable without any change here.
+exportable without any change here (as long as its code respects docs/flatten.md).
 """
 
 import re
