@@ -1,5 +1,8 @@
 """Checkpoints of a pretraining run: atomic writes, rotation, validation, exact restore, export.
 
+`make_checkpointer` gives a run its checkpoint component (`Checkpointer`, or `DeepSpeedCheckpointer` for a
+DeepSpeed engine): the one place where the two backends save, load and export differently.
+
 Layout of `OUTPUT/checkpoints/step_N/` (written as `step_N.tmp/`, renamed when complete):
 
     trainer_state.json          step, data position, counters, run settings (written last)
@@ -31,6 +34,7 @@ from safetensors.torch import load_file, save_file
 FORMAT_VERSION = 1
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "trainer_state.json"
+DEEPSPEED_TAG = "deepspeed"  # the folder (DeepSpeed "tag") the engine writes its own checkpoint to
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 # Config fields that do not change the model (bookkeeping written by transformers).
 _CONFIG_BOOKKEEPING = {"transformers_version", "architectures", "_name_or_path", "dtype", "torch_dtype",
@@ -169,7 +173,7 @@ def validate_checkpoint(path: Path, config, settings: dict[str, Any], world_size
         raise CheckpointError(f"{path} cannot be resumed exactly with these settings ({shown}). Use the checkpoint's "
                               "settings (and number of processes), or start a new --output_dir.")
     if settings.get("deepspeed"):
-        if not (path / "deepspeed").is_dir():
+        if not (path / DEEPSPEED_TAG).is_dir():
             raise CheckpointError(f"{path} has no DeepSpeed state (deepspeed/). Pick another checkpoint.")
     else:
         _check_safetensors(path / "model" / "model.safetensors")
@@ -344,18 +348,23 @@ def read_process_state(path: Path, rank: int, device) -> tuple[dict, dict | None
 
 def load_model_weights(model: torch.nn.Module, folder: Path) -> None:
     """Load `folder/model.safetensors` into `model`; only tied (shared) weights may be absent from the file."""
-    weights = load_file(str(folder / "model.safetensors"))
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    tied = _tied_names(model)
+    load_fitting_state(model, load_file(str(folder / "model.safetensors")), f"The weights in {folder} do not fit")
+
+
+def load_fitting_state(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], what: str) -> None:
+    """Load `state_dict` into `model`, then tie its weights. Only tied (shared) weights may be absent; any
+    other missing or unexpected name raises a CheckpointError starting with `what` ("The weights in X do
+    not fit")."""
+    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    tied = tied_names(model)
     missing = [k for k in missing if k not in tied]
     if missing or unexpected:
-        raise CheckpointError(f"The weights in {folder} do not fit the model: missing {missing[:5]}, "
-                              f"unexpected {unexpected[:5]}.")
+        raise CheckpointError(f"{what} the model: missing {missing[:5]}, unexpected {unexpected[:5]}.")
     if hasattr(model, "tie_weights"):
         model.tie_weights()
 
 
-def _tied_names(model: torch.nn.Module) -> set[str]:
+def tied_names(model: torch.nn.Module) -> set[str]:
     """Names of parameters that share storage with another, earlier-named parameter."""
     seen: dict[int, str] = {}
     tied = set()
@@ -366,3 +375,105 @@ def _tied_names(model: torch.nn.Module) -> set[str]:
         else:
             seen[key] = name
     return tied
+
+
+# ----------------------------------------------------------------------------------------------
+# The checkpoint component of a run: plain / DDP and DeepSpeed behind one interface
+# ----------------------------------------------------------------------------------------------
+
+class Checkpointer:
+    """Saves, restores and exports the model and optimizer of one pretraining run (one process or DDP).
+
+    `DeepSpeedCheckpointer` is the same interface for a DeepSpeed engine; `make_checkpointer` picks one,
+    so the training loop has no backend branches. Every process calls every method (they wait for each
+    other inside); only the main process writes the shared files. Accelerate's `save_state`/`load_state`
+    are not used: they write pickles in another layout, and this layout (module docstring) is what
+    `--resume` and `validate_checkpoint` read.
+    """
+
+    always_save_final_step = False  # DeepSpeed: the final model is consolidated from the last checkpoint
+
+    def __init__(self, output_dir: str | Path, accelerator, keep: int | None):
+        self.output_dir, self.accelerator, self.keep = Path(output_dir), accelerator, keep
+
+    def restore(self, path: Path, model, optimizer, *, prepared: bool) -> None:
+        """Load the weights and optimizer state of checkpoint `path`. Called twice: before
+        `accelerator.prepare` on the bare model and optimizer (`prepared=False`; checkpoints that do not fit
+        fail before the output folder is touched), and after it on the wrapped ones (`prepared=True`)."""
+        if not prepared:
+            load_model_weights(model, path / "model")
+            load_optimizer(optimizer, path)
+
+    def write_model(self, tmp: Path, model, unwrapped, optimizer) -> None:
+        """Write the model and optimizer into the checkpoint folder `tmp` (`model/`, `optimizer.*`)."""
+        if self.accelerator.is_main_process:
+            unwrapped.save_pretrained(tmp / "model")
+            save_optimizer(getattr(optimizer, "optimizer", optimizer), tmp)  # the optimizer Accelerate wraps
+
+    def save(self, step: int, model, unwrapped, optimizer, *, objective_state: dict | None, data_state: dict | None,
+             trainer_state: dict[str, Any], on_written=None) -> Path:
+        """Write the checkpoint of `step` atomically (`step_N.tmp`, renamed when complete; older ones rotated
+        to `keep`). `model` is the prepared (wrapped) model, `unwrapped` the bare one. `on_written(tmp)` runs
+        on every process once its files are written, before the commit (callbacks add files there)."""
+        accelerator = self.accelerator
+        tmp = begin_checkpoint(self.output_dir, step, accelerator.is_main_process)
+        accelerator.wait_for_everyone()
+        self.write_model(tmp, model, unwrapped, optimizer)
+        write_process_state(tmp, accelerator.process_index, objective_state, data_state)
+        if on_written is not None:
+            on_written(tmp)
+        accelerator.wait_for_everyone()
+        final = tmp.with_name(f"step_{step}")
+        if accelerator.is_main_process:
+            final = commit_checkpoint(tmp, trainer_state, self.keep)
+        accelerator.wait_for_everyone()
+        return final
+
+    def export(self, unwrapped, model_class, last_saved: int | None):
+        """Write the final model to the output folder (main process); returns it there, None elsewhere."""
+        if self.accelerator.is_main_process:
+            unwrapped.save_pretrained(self.output_dir)
+            return unwrapped
+        return None
+
+
+class DeepSpeedCheckpointer(Checkpointer):
+    """The `Checkpointer` of a DeepSpeed engine: the engine writes and reads its own checkpoint (ZeRO
+    partitions and its optimizer, in `deepspeed/`), and the final model is the fp32 consolidation of the
+    last checkpoint, which is therefore always written."""
+
+    always_save_final_step = True
+
+    def restore(self, path: Path, model, optimizer, *, prepared: bool) -> None:
+        if prepared:  # the engine (and its optimizer) exist only after `accelerator.prepare`
+            model.load_checkpoint(str(path), tag=DEEPSPEED_TAG, load_optimizer_states=True,
+                                  load_lr_scheduler_states=False)
+
+    def write_model(self, tmp: Path, model, unwrapped, optimizer) -> None:
+        model.save_checkpoint(str(tmp), tag=DEEPSPEED_TAG)  # every process writes its partitions
+        if self.accelerator.is_main_process:
+            unwrapped.config.to_json_file(str(tmp / "config.json"))  # read by `validate_checkpoint`
+
+    def export(self, unwrapped, model_class, last_saved: int | None):
+        path = checkpoint_root(self.output_dir) / f"step_{last_saved}"
+        model = None
+        if self.accelerator.is_main_process:
+            model = export_deepspeed_checkpoint(path, model_class, unwrapped.config, self.output_dir)
+        self.accelerator.wait_for_everyone()
+        return model
+
+
+def make_checkpointer(output_dir: str | Path, accelerator, keep: int | None, deepspeed: bool) -> Checkpointer:
+    """The checkpoint component of a run: `DeepSpeedCheckpointer` under DeepSpeed, else `Checkpointer`."""
+    return (DeepSpeedCheckpointer if deepspeed else Checkpointer)(output_dir, accelerator, keep)
+
+
+def export_deepspeed_checkpoint(path: Path, model_class, config, out: Path):
+    """A consolidated fp32 model from a DeepSpeed checkpoint folder, saved as safetensors in `out`."""
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    state_dict = get_fp32_state_dict_from_zero_checkpoint(str(path), tag=DEEPSPEED_TAG)
+    model = model_class(config)
+    load_fitting_state(model, state_dict, f"The DeepSpeed checkpoint {path} does not fit")
+    model.save_pretrained(out)
+    return model

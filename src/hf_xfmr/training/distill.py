@@ -46,6 +46,7 @@ from torch import nn
 
 from ..models.losses import token_loss
 from .batches import to_device
+from .optim import parameter_groups
 
 # Student architectures `init_student_from_teacher` can build other than the teacher's own, with the
 # teachers whose weights they take by name. DistilBERT numbers positions from 0 and has no token types,
@@ -486,19 +487,46 @@ def _batches(sequences, collator, batch_size, generator):
 
 
 def distill(args: DistillArguments) -> DistillResult:
-    """Train a student against a teacher with the DistilBERT recipe; see the module docstring."""
-    from transformers import AutoTokenizer, get_linear_schedule_with_warmup
+    """Train a student against a teacher with the DistilBERT recipe; see the module docstring.
 
-    from ..data import DataCollatorForMLM
-
-    if args.output_dir is not None:
-        out = Path(args.output_dir)
-        if out.exists() and not out.is_dir():
-            raise FileExistsError(f"--output_dir {out} is a file, not a folder: choose another path.")
-        if out.exists() and any(out.iterdir()) and not args.overwrite_output_dir:
-            raise FileExistsError(f"--output_dir {out} exists and is not empty; pass --overwrite_output_dir "
-                                  "(Python: overwrite_output_dir=True) to write into it, or choose another folder.")
+    The run's named steps: check the output folder, build the models (teacher, tokenizer, student), prepare
+    the data (held-out and training batches), measure the agreement, train, measure again, save."""
+    _check_output_dir(args)
     torch.manual_seed(args.seed)
+    teacher, student, tokenizer, device = _build_models(args)
+    eval_batches, batches = _prepare_data(tokenizer, args, device)
+    result = DistillResult(student=student, tokenizer=tokenizer)
+    if eval_batches:
+        result.agreement_before = top1_agreement(student, teacher, eval_batches)
+    started = time.perf_counter()
+    result.history = _train(student, teacher, batches, args, device)
+    if eval_batches:
+        result.agreement_after = top1_agreement(student, teacher, eval_batches)
+    student.train(False)
+    if args.output_dir is not None:
+        _save(result, teacher, args, seconds=time.perf_counter() - started)
+    return result
+
+
+def _check_output_dir(args: DistillArguments) -> None:
+    """Refuse an output folder that is a file, or holds files, before anything is loaded."""
+    if args.output_dir is None:
+        return
+    out = Path(args.output_dir)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--output_dir {out} is a file, not a folder: choose another path.")
+    if out.exists() and any(out.iterdir()) and not args.overwrite_output_dir:
+        raise FileExistsError(f"--output_dir {out} exists and is not empty; pass --overwrite_output_dir "
+                              "(Python: overwrite_output_dir=True) to write into it, or choose another folder.")
+
+
+def _build_models(args: DistillArguments):
+    """(teacher, student, the student's tokenizer, device): the teacher frozen in eval mode, the student in
+    train mode, both on the device."""
+    from transformers import AutoTokenizer
+
+    from ..data.tokenizers import fit_tokenizer_to_model
+
     teacher, teacher_path = _load_teacher(args.teacher, args.revision)
     tokenizer = args.tokenizer
     if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
@@ -516,14 +544,19 @@ def distill(args: DistillArguments) -> DistillResult:
     student = _load_student(args.student, teacher, args)
     # The student's own tokenizer: the teacher's, emitting what the student takes (a DistilBERT student of a
     # BERT teacher takes no token_type_ids). A copy, so a tokenizer passed in is left as it was.
-    from ..data.tokenizers import fit_tokenizer_to_model
-
     tokenizer = fit_tokenizer_to_model(copy.copy(tokenizer), student)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     teacher.to(device).eval()
     student.to(device).train()
     for p in teacher.parameters():
         p.requires_grad_(False)
+    return teacher, student, tokenizer, device
+
+
+def _prepare_data(tokenizer, args: DistillArguments, device):
+    """(held-out batches on the device, endless training batches): the corpus's sequences in a seeded
+    order, the first `eval_sequences` (at most a fifth) held out, each side masked by its own collator."""
+    from ..data import DataCollatorForMLM
 
     sequences = _sequences(tokenizer, args)
     generator = torch.Generator().manual_seed(args.seed)
@@ -535,24 +568,20 @@ def distill(args: DistillArguments) -> DistillResult:
     eval_batches = [to_device(eval_collator([{"input_ids": s} for s in eval_seqs[i:i + args.batch_size]]), device)
                     for i in range(0, len(eval_seqs), args.batch_size)]
     collator = DataCollatorForMLM(tokenizer, mlm_probability=args.mlm_probability, seed=args.seed)
-    batches = _batches(train_seqs, collator, args.batch_size, generator)
+    return eval_batches, _batches(train_seqs, collator, args.batch_size, generator)
+
+
+def _train(student, teacher, batches, args: DistillArguments, device) -> list[dict]:
+    """`max_steps` AdamW steps (linear warmup and decay) on the distillation loss; one history entry per step."""
+    from tqdm.auto import tqdm
+    from transformers import get_linear_schedule_with_warmup
 
     loss_fn = DistillationLoss(args.temperature, args.alpha_ce, args.alpha_mlm, args.alpha_cos)
-    decay = [p for n, p in student.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in student.named_parameters() if p.ndim < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=args.learning_rate, eps=args.adam_epsilon, betas=(0.9, 0.98),
-    )
+    optimizer = torch.optim.AdamW(parameter_groups(student, args.weight_decay), lr=args.learning_rate,
+                                  eps=args.adam_epsilon, betas=(0.9, 0.98))
     scheduler = get_linear_schedule_with_warmup(optimizer, round(args.warmup_ratio * args.max_steps), args.max_steps)
-
-    result = DistillResult(student=student, tokenizer=tokenizer)
-    if eval_batches:
-        result.agreement_before = top1_agreement(student, teacher, eval_batches)
-    from tqdm.auto import tqdm
-
+    history = []
     bar = tqdm(total=args.max_steps, desc="distill", unit="step", disable=not args.progress)
-    started = time.perf_counter()
     for step in range(1, args.max_steps + 1):
         totals = dict(loss=0.0, ce=0.0, mlm=0.0, cos=0.0)
         for _ in range(args.gradient_accumulation_steps):
@@ -570,30 +599,28 @@ def distill(args: DistillArguments) -> DistillResult:
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        result.history.append({"step": step, **{k: round(v, 6) for k, v in totals.items()},
-                               "lr": scheduler.get_last_lr()[0]})
+        history.append({"step": step, **{k: round(v, 6) for k, v in totals.items()}, "lr": scheduler.get_last_lr()[0]})
         bar.update(1)
         if step % args.logging_steps == 0 or step == args.max_steps:
             bar.set_postfix(loss=f"{totals['loss']:.3f}", ce=f"{totals['ce']:.3f}", mlm=f"{totals['mlm']:.3f}",
                             cos=f"{totals['cos']:.3f}")
     bar.close()
-    if eval_batches:
-        result.agreement_after = top1_agreement(student, teacher, eval_batches)
-    student.train(False)
+    return history
 
-    if args.output_dir is not None:
-        out = Path(args.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        student.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-        settings = {k: (v if isinstance(v, (str, int, float, bool, list, type(None))) else repr(v))
-                    for k, v in asdict(args).items()}
-        log = {"arguments": settings, "teacher": teacher.config.model_type, "student": student.config.model_type,
-               "student_layers": student.config.num_hidden_layers, "seconds": round(time.perf_counter() - started, 2),
-               "agreement_before": result.agreement_before, "agreement_after": result.agreement_after,
-               "history": result.history}
-        (out / "distill_log.json").write_text(json.dumps(log, indent=1))
-    return result
+
+def _save(result: DistillResult, teacher, args: DistillArguments, seconds: float) -> None:
+    """The student and its tokenizer in --output_dir, with `distill_log.json` (settings, agreement, history)."""
+    out, student = Path(args.output_dir), result.student
+    out.mkdir(parents=True, exist_ok=True)
+    student.save_pretrained(out)
+    result.tokenizer.save_pretrained(out)
+    settings = {k: (v if isinstance(v, (str, int, float, bool, list, type(None))) else repr(v))
+                for k, v in asdict(args).items()}
+    log = {"arguments": settings, "teacher": teacher.config.model_type, "student": student.config.model_type,
+           "student_layers": student.config.num_hidden_layers, "seconds": round(seconds, 2),
+           "agreement_before": result.agreement_before, "agreement_after": result.agreement_after,
+           "history": result.history}
+    (out / "distill_log.json").write_text(json.dumps(log, indent=1))
 
 
 __all__ = [

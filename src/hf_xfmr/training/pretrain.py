@@ -6,18 +6,24 @@
 
 The same function runs in one process, under `accelerate launch` / `torchrun` (DDP; gloo on CPU) and
 under DeepSpeed ZeRO-2/3 (`--deepspeed zero2|zero3|FILE.json`, or an Accelerate config with a DeepSpeed
-section). What happens, in order:
+section). `pretrain` builds a `Pretrainer` (the run object, in the shape of torchtitan's trainer) and runs
+it. What happens, in order:
 
 1. resolve the architecture and objective; check the output folder and, with `--resume`, the checkpoint
    (all before anything is written, so a bad checkpoint or setting leaves the folder untouched);
 2. load documents, train or load the tokenizer, build examples with the objective's builder, check
    that a global micro-batch fits the data;
-3. build the model (a preset + overrides, or `--model_path`), the optimizer, then `accelerator.prepare`;
-4. per optimizer step: set the scheduled learning rate, run `micro_batches_per_step` micro-batches
-   (gradients synchronised on the last only), check the loss on every process, clip, step; log, evaluate
-   and checkpoint on schedule;
+3. build the model (a preset + overrides, or `--model_path`), the optimizer, then `accelerator.prepare`
+   (steps 1-3: `Pretrainer.setup`, which continues a checkpoint with `Pretrainer.resume`);
+4. per optimizer step (`Pretrainer.train_step`): set the scheduled learning rate, run
+   `micro_batches_per_step` micro-batches (gradients synchronised on the last only), check the loss on
+   every process, clip, step; then log, evaluate (`evaluate`) and checkpoint (`save`) on schedule;
 5. write the final model (safetensors, consolidated from ZeRO partitions in fp32 under DeepSpeed) and
    the tokenizer into the output folder; optionally publish it (`--push_to_hub`).
+
+Plain / DDP and DeepSpeed runs differ only in how the model and optimizer are checkpointed, restored and
+exported: `checkpoint.make_checkpointer` gives the run one component that does it, so the loop has no
+backend branches.
 
 Extension points: `PretrainCallback` (observe steps, evaluations, checkpoints) and the objective table
 (`hf_xfmr.training.objectives`), including its state hooks for objectives such as XLNet's memory.
@@ -39,6 +45,7 @@ from typing import Any
 import torch
 
 from . import checkpoint as ckpt
+from .checkpoint import export_deepspeed_checkpoint  # noqa: F401  (public here before it moved)
 from .arguments import PretrainArguments
 from .batches import (
     BatchPlan,
@@ -109,7 +116,7 @@ class PretrainCallback:
 
 @dataclass
 class PretrainRun:
-    """The live objects of a run, as callbacks see them."""
+    """The live objects of a run, as callbacks see them (`Pretrainer.run`)."""
 
     args: PretrainArguments
     accelerator: Any
@@ -336,9 +343,9 @@ def _load_documents(source, args: PretrainArguments, streaming: bool):
 
 
 def _tokenizer_kind(arch_name: str) -> str:
-    from hf_xfmr.data.tokenizers import _ALIASES
+    from hf_xfmr.data.tokenizers import tokenizer_aliases
 
-    if arch_name not in _ALIASES:
+    if arch_name not in tokenizer_aliases():
         raise ValueError(f"No tokenizer recipe for the architecture {arch_name!r}: train one and pass --tokenizer PATH.")
     return arch_name
 
@@ -520,294 +527,450 @@ def evaluate(run: PretrainRun, batches: list) -> dict[str, float]:
 def pretrain(args: PretrainArguments, callbacks=()) -> PretrainResult:
     """Pretrain `args.arch` with `args.objective`; see the module docstring. Bad settings raise ValueError
     (`CheckpointError` for a checkpoint that cannot be resumed) before anything is written."""
-    from accelerate.utils import set_seed
+    return Pretrainer(args, callbacks).setup().train()
 
-    arch, objective, model_class = resolve_objective(args)
-    deepspeed = _using_deepspeed(args)
-    if args.push_to_hub:
-        _check_publishing(args.push_to_hub)
-    accelerator = make_accelerator(args)
-    world, rank, is_main = accelerator.num_processes, accelerator.process_index, accelerator.is_main_process
-    output_dir = Path(args.output_dir)
-    if output_dir.exists() and not output_dir.is_dir():
-        raise ValueError(f"--output_dir {output_dir} is a file, not a folder: choose another path.")
 
-    # 1. The output folder and the checkpoint to resume: decided before anything is written.
-    resume_path = ckpt.resolve_resume(args.resume, output_dir) if args.resume else None
-    if resume_path is not None:
-        ckpt.check_unfinished(resume_path, args.max_steps, output_dir)
-    if resume_path is None and not args.overwrite_output_dir and (
-            ckpt.list_checkpoints(output_dir) or (output_dir / LOG_FILE).exists()):
-        raise ValueError(f"{output_dir} holds an earlier run. Pass --resume to continue it, --overwrite_output_dir "
-                         "to start afresh there, or choose another --output_dir.")
-    if args.streaming and not args.eval_dataset and args.eval_fraction and is_main:
-        print("note: a streamed corpus has no held-out split; pass --eval_dataset to evaluate.")
+@dataclass
+class StepStats:
+    """What the micro-batches of one optimizer step add up to (on one process, or summed by `reduce`)."""
 
-    if args.model_path:  # a Hub repo id: its snapshot in the Hugging Face cache, downloaded if needed
-        from ..models.hub_loading import resolve_checkpoint
+    loss_sum: float = 0.0  # sum of the finite micro-batch losses
+    with_targets: float = 0  # micro-batches whose finite loss is in loss_sum
+    without_targets: float = 0  # micro-batches without any target (their backward pass gives zero gradients)
+    non_finite: float = 0  # micro-batches whose loss was NaN or inf
+    tokens: float = 0  # real (non-padding) input tokens
 
-        args = dataclasses.replace(args, model_path=str(resolve_checkpoint(args.model_path, revision=args.revision)))
+    def reduce(self, accelerator) -> "StepStats":
+        """The sums over every process: one collective of five float64 numbers."""
+        values = torch.tensor(dataclasses.astuple(self), dtype=torch.float64)
+        return StepStats(*accelerator.reduce(values.to(accelerator.device), reduction="sum").cpu().tolist())
 
-    # 2. Documents, tokenizer, examples.
-    documents = _load_documents(args.dataset, args, args.streaming)
-    tokenizer_dir = output_dir / TOKENIZER_DIR
-    if args.tokenizer:
-        tokenizer = _load_tokenizer(args.tokenizer)
-    elif resume_path is not None:
-        if not tokenizer_dir.is_dir():
-            raise ckpt.CheckpointError(f"{tokenizer_dir} is missing: the tokenizer the checkpoint was trained with is "
-                                       "needed to resume. Pass it with --tokenizer PATH.")
-        tokenizer = _load_tokenizer(tokenizer_dir)
-    elif args.model_path and any((Path(args.model_path) / name).is_file() for name in TOKENIZER_FILES):
-        tokenizer = _load_tokenizer(args.model_path)  # the starting checkpoint's own
-    else:
-        tokenizer = None  # trained below, once the data checks have passed
-    set_seed(args.seed)
-    if args.streaming:
-        train_docs, eval_docs = documents, None
-    else:
-        train_docs, eval_docs = split_documents(documents, args.eval_fraction if not args.eval_dataset else 0.0,
-                                                args.seed)
-    if args.eval_dataset:
-        eval_docs = _load_documents(args.eval_dataset, args, False)
-    if tokenizer is None:
-        tokenizer = _train_tokenizer(accelerator, arch.name, train_docs, args, tokenizer_dir)
-    check_tokenizer(objective, tokenizer)
-    from hf_xfmr.data.tokenizers import fit_tokenizer_to_model
 
-    fit_tokenizer_to_model(tokenizer, arch.name)  # e.g. a BERT --tokenizer for DistilBERT: no token_type_ids
-    settings = objective.resolve(ObjectiveSettings(
-        max_seq_length=args.max_seq_length, mlm_probability=args.mlm_probability, short_seq_prob=args.short_seq_prob,
-        seed=args.seed, arch=arch.name))
-    collator = objective.make_collator(tokenizer, settings)
-    with accelerator.main_process_first():
-        train_examples = None if args.streaming else build_examples(objective, tokenizer, train_docs, settings)
-        eval_examples = None
-        if eval_docs is not None:
-            eval_examples = build_examples(objective, tokenizer, eval_docs, settings, required=False)
-            if eval_examples is None and is_main:
-                print(f"note: no {objective.name} example could be built from the {len(eval_docs)} held-out "
-                      "document(s); there will be no evaluation (raise --eval_fraction or pass --eval_dataset).")
-    plan = None
-    if train_examples is not None:
-        plan = BatchPlan(len(train_examples), args.per_device_train_batch_size, world, rank, objective.layout,
-                         args.seed)
-    elif objective.layout == "contiguous":
-        raise ValueError(f"The {objective.name!r} objective reads contiguous streams, which needs the whole corpus: "
-                         "drop --streaming.")
+@dataclass
+class LogWindow:
+    """The training steps since the last log line: the throughput and mean loss the next line reports."""
 
-    # 3. Model and optimizer.
-    set_seed(args.seed)
-    config = build_config(arch, model_class, tokenizer, objective, args)
-    if getattr(config, "vocab_size", len(tokenizer)) < len(tokenizer):
-        raise ValueError(f"The tokenizer has {len(tokenizer)} tokens but the model only {config.vocab_size}: use the "
-                         "model's own tokenizer (--tokenizer) or a larger vocab_size.")
-    extra = {"attn_implementation": args.attn_implementation} if args.attn_implementation else {}
-    if args.model_path:
-        from ..models.weights import check_weight_files
+    loss: float = 0.0  # sum of the step losses
+    steps: int = 0  # steps that had a loss
+    tokens: float = 0
+    start: float = field(default_factory=time.perf_counter)  # evaluation and checkpoint time are left out
 
-        check_weight_files(args.model_path)  # a ValueError naming a truncated or missing file, as every command
-        model = model_class.from_pretrained(args.model_path, **extra)
-    else:
-        model = model_class._from_config(config, **extra)
-    if args.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    if not (deepspeed and _zero3_init()):
-        decoder_length = objective.decoder_length(settings) if objective.decoder_length is not None else None
-        _check_sequence_length(model, tokenizer, args.max_seq_length, decoder_length)
-    resume_settings = {
-        "arch": arch.name, "objective": objective.name, "seed": args.seed, "world_size": world,
-        "per_device_train_batch_size": args.per_device_train_batch_size,
-        "gradient_accumulation_steps": args.gradient_accumulation_steps,
-        "batch_size_warmup_steps": args.batch_size_warmup_steps, "max_seq_length": args.max_seq_length,
-        "num_train_examples": len(train_examples) if train_examples is not None else None, "deepspeed": deepspeed,
-    }
-    state: dict[str, Any] = {}
-    if resume_path is not None:
-        state = ckpt.validate_checkpoint(resume_path, model.config, resume_settings, world)
-    optimizer = build_optimizer(args.optimizer, parameter_groups(model, args.weight_decay), lr=args.learning_rate,
-                                betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon,
-                                weight_decay=args.weight_decay)
-    if resume_path is not None and not deepspeed:
-        ckpt.load_model_weights(model, resume_path / "model")
-        ckpt.load_optimizer(optimizer, resume_path)
 
-    # From here on the run writes into its output folder.
-    accelerator.wait_for_everyone()
-    if is_main:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        if resume_path is None and args.overwrite_output_dir:
-            shutil.rmtree(ckpt.checkpoint_root(output_dir), ignore_errors=True)
-        (output_dir / RUN_CONFIG).write_text(json.dumps({**args.to_dict(), "world_size": world}, indent=1))
-    if deepspeed:
-        _fill_deepspeed_config(accelerator, args, world)
-    unwrapped = model
-    model, optimizer = accelerator.prepare(model, optimizer)
-    if deepspeed and resume_path is not None:
-        model.load_checkpoint(str(resume_path), tag="deepspeed", load_optimizer_states=True,
-                              load_lr_scheduler_states=False)
-    accelerator.wait_for_everyone()
+class Pretrainer:
+    """One pretraining run, in the shape of torchtitan's trainer:
 
-    # 4. Train.
-    run = PretrainRun(args, accelerator, model, optimizer, tokenizer, objective, unwrapped)
-    start_step = int(state.get("step", 0))
-    counters = dict(state.get("counters", {"batches_without_targets": 0, "skipped_steps": 0}))
-    data_state = None
-    if resume_path is not None:
-        process_state, data_state, objective_state = ckpt.read_process_state(resume_path, rank, accelerator.device)
+        trainer = Pretrainer(args, callbacks).setup()   # steps 1-3 of the module docstring; raises on bad
+        result = trainer.train()                         # settings before anything is written
+
+    `train` runs `train_step` until --max_steps, logging, evaluating (`evaluate`) and checkpointing
+    (`save`) on schedule, then exports the final model; `setup` continues a checkpoint with `resume`. How
+    the model and optimizer are saved, restored and exported (plain / DDP or DeepSpeed) is the
+    `checkpointer`'s business (`checkpoint.make_checkpointer`). Callbacks see `self.run` (a `PretrainRun`).
+    """
+
+    def __init__(self, args: PretrainArguments, callbacks=()):
+        self.args, self.callbacks = args, tuple(callbacks)
+        self.step, self.final_loss, self.last_saved = 0, None, None
+        self.eval_metrics: dict[str, float] = {}
+        self.activity = "the setup"  # what the run is doing, for the error of a collective that fails
+
+    # --- setup -----------------------------------------------------------------------------------
+
+    def setup(self) -> "Pretrainer":
+        """Check the settings and the checkpoint, build data, tokenizer, model and optimizer, prepare them
+        with Accelerate and (with --resume) restore the checkpoint. Returns self."""
+        self._check_run()
+        self._prepare_data()
+        model, optimizer = self._build_model()
+        self._start(model, optimizer)
+        return self
+
+    def _check_run(self) -> None:
+        """Step 1: the architecture and objective, the accelerator, the output folder and the checkpoint to
+        resume, all decided before anything is written."""
+        args = self.args
+        self.arch, self.objective, self.model_class = resolve_objective(args)
+        self.deepspeed = _using_deepspeed(args)
+        if args.push_to_hub:
+            _check_publishing(args.push_to_hub)
+        self.accelerator = accelerator = make_accelerator(args)
+        self.world, self.rank, self.is_main = accelerator.num_processes, accelerator.process_index, \
+            accelerator.is_main_process
+        self.output_dir = output_dir = Path(args.output_dir)
+        if output_dir.exists() and not output_dir.is_dir():
+            raise ValueError(f"--output_dir {output_dir} is a file, not a folder: choose another path.")
+        self.resume_path = ckpt.resolve_resume(args.resume, output_dir) if args.resume else None
+        if self.resume_path is not None:
+            ckpt.check_unfinished(self.resume_path, args.max_steps, output_dir)
+        if self.resume_path is None and not args.overwrite_output_dir and (
+                ckpt.list_checkpoints(output_dir) or (output_dir / LOG_FILE).exists()):
+            raise ValueError(f"{output_dir} holds an earlier run. Pass --resume to continue it, --overwrite_output_dir "
+                             "to start afresh there, or choose another --output_dir.")
+        if args.streaming and not args.eval_dataset and args.eval_fraction and self.is_main:
+            print("note: a streamed corpus has no held-out split; pass --eval_dataset to evaluate.")
+        if args.model_path:  # a Hub repo id: its snapshot in the Hugging Face cache, downloaded if needed
+            from ..models.hub_loading import resolve_checkpoint
+
+            self.args = dataclasses.replace(
+                args, model_path=str(resolve_checkpoint(args.model_path, revision=args.revision)))
+        self.checkpointer = ckpt.make_checkpointer(output_dir, accelerator, args.save_total_limit, self.deepspeed)
+
+    def _prepare_data(self) -> None:
+        """Step 2: documents, the tokenizer (loaded, or trained once the data checks have passed), the
+        objective's examples and the batch plan."""
+        from accelerate.utils import set_seed
+
+        from hf_xfmr.data.tokenizers import fit_tokenizer_to_model
+
+        args, objective = self.args, self.objective
+        documents = _load_documents(args.dataset, args, args.streaming)
+        tokenizer = self._existing_tokenizer()
+        set_seed(args.seed)
+        if args.streaming:
+            self.train_docs, eval_docs = documents, None
+        else:
+            self.train_docs, eval_docs = split_documents(
+                documents, args.eval_fraction if not args.eval_dataset else 0.0, args.seed)
+        if args.eval_dataset:
+            eval_docs = _load_documents(args.eval_dataset, args, False)
+        if tokenizer is None:
+            tokenizer = _train_tokenizer(self.accelerator, self.arch.name, self.train_docs, args,
+                                         self.output_dir / TOKENIZER_DIR)
+        check_tokenizer(objective, tokenizer)
+        fit_tokenizer_to_model(tokenizer, self.arch.name)  # e.g. a BERT --tokenizer for DistilBERT: no token_type_ids
+        self.tokenizer = tokenizer
+        self.settings = settings = objective.resolve(ObjectiveSettings(
+            max_seq_length=args.max_seq_length, mlm_probability=args.mlm_probability,
+            short_seq_prob=args.short_seq_prob, seed=args.seed, arch=self.arch.name))
+        self.collator = objective.make_collator(tokenizer, settings)
+        with self.accelerator.main_process_first():
+            self.train_examples = None if args.streaming else build_examples(
+                objective, tokenizer, self.train_docs, settings)
+            self.eval_examples = None
+            if eval_docs is not None:
+                self.eval_examples = build_examples(objective, tokenizer, eval_docs, settings, required=False)
+                if self.eval_examples is None and self.is_main:
+                    print(f"note: no {objective.name} example could be built from the {len(eval_docs)} held-out "
+                          "document(s); there will be no evaluation (raise --eval_fraction or pass --eval_dataset).")
+        self.plan = None
+        if self.train_examples is not None:
+            self.plan = BatchPlan(len(self.train_examples), args.per_device_train_batch_size, self.world, self.rank,
+                                  objective.layout, args.seed)
+        elif objective.layout == "contiguous":
+            raise ValueError(f"The {objective.name!r} objective reads contiguous streams, which needs the whole "
+                             "corpus: drop --streaming.")
+
+    def _existing_tokenizer(self):
+        """--tokenizer, else the resumed run's, else --model_path's own; None: train one."""
+        args, tokenizer_dir = self.args, self.output_dir / TOKENIZER_DIR
+        if args.tokenizer:
+            return _load_tokenizer(args.tokenizer)
+        if self.resume_path is not None:
+            if not tokenizer_dir.is_dir():
+                raise ckpt.CheckpointError(f"{tokenizer_dir} is missing: the tokenizer the checkpoint was trained "
+                                           "with is needed to resume. Pass it with --tokenizer PATH.")
+            return _load_tokenizer(tokenizer_dir)
+        if args.model_path and any((Path(args.model_path) / name).is_file() for name in TOKENIZER_FILES):
+            return _load_tokenizer(args.model_path)
+        return None
+
+    def _build_model(self):
+        """Step 3: the model (a preset + overrides, or --model_path), its checks against the tokenizer, the
+        sequence length and the checkpoint, and the optimizer; (model, optimizer), not yet prepared."""
+        from accelerate.utils import set_seed
+
+        args, tokenizer = self.args, self.tokenizer
+        set_seed(args.seed)
+        config = build_config(self.arch, self.model_class, tokenizer, self.objective, args)
+        if getattr(config, "vocab_size", len(tokenizer)) < len(tokenizer):
+            raise ValueError(f"The tokenizer has {len(tokenizer)} tokens but the model only {config.vocab_size}: use "
+                             "the model's own tokenizer (--tokenizer) or a larger vocab_size.")
+        extra = {"attn_implementation": args.attn_implementation} if args.attn_implementation else {}
+        if args.model_path:
+            from ..models.weights import check_weight_files
+
+            check_weight_files(args.model_path)  # a ValueError naming a truncated or missing file, as every command
+            model = self.model_class.from_pretrained(args.model_path, **extra)
+        else:
+            model = self.model_class._from_config(config, **extra)
+        if args.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        if not (self.deepspeed and _zero3_init()):  # under ZeRO-3 init the parameters are partitioned already
+            objective = self.objective
+            decoder_length = objective.decoder_length(self.settings) if objective.decoder_length is not None else None
+            _check_sequence_length(model, tokenizer, args.max_seq_length, decoder_length)
+        self.resume_settings = {
+            "arch": self.arch.name, "objective": self.objective.name, "seed": args.seed, "world_size": self.world,
+            "per_device_train_batch_size": args.per_device_train_batch_size,
+            "gradient_accumulation_steps": args.gradient_accumulation_steps,
+            "batch_size_warmup_steps": args.batch_size_warmup_steps, "max_seq_length": args.max_seq_length,
+            "num_train_examples": len(self.train_examples) if self.train_examples is not None else None,
+            "deepspeed": self.deepspeed,
+        }
+        self.trainer_state: dict[str, Any] = {}
+        if self.resume_path is not None:
+            self.trainer_state = ckpt.validate_checkpoint(self.resume_path, model.config, self.resume_settings,
+                                                          self.world)
+        optimizer = build_optimizer(args.optimizer, parameter_groups(model, args.weight_decay), lr=args.learning_rate,
+                                    betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon,
+                                    weight_decay=args.weight_decay)
+        if self.resume_path is not None:
+            self.checkpointer.restore(self.resume_path, model, optimizer, prepared=False)
+        return model, optimizer
+
+    def _start(self, model, optimizer) -> None:
+        """From here on the run writes into its output folder: the run config, `accelerator.prepare`, the
+        checkpoint's state (`resume`), the batch streams, the log and the progress bar."""
+        args, accelerator = self.args, self.accelerator
+        accelerator.wait_for_everyone()
+        if self.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            if self.resume_path is None and args.overwrite_output_dir:
+                shutil.rmtree(ckpt.checkpoint_root(self.output_dir), ignore_errors=True)
+            (self.output_dir / RUN_CONFIG).write_text(json.dumps({**args.to_dict(), "world_size": self.world}, indent=1))
+        if self.deepspeed:
+            _fill_deepspeed_config(accelerator, args, self.world)
+        unwrapped = model
+        model, optimizer = accelerator.prepare(model, optimizer)
+        self.run = PretrainRun(args, accelerator, model, optimizer, self.tokenizer, self.objective, unwrapped)
+        data_state = self.resume(self.resume_path) if self.resume_path is not None else None
+        accelerator.wait_for_everyone()
+        self.step = int(self.trainer_state.get("step", 0))
+        self.run.step = self.step
+        self.counters = dict(self.trainer_state.get("counters", {"batches_without_targets": 0, "skipped_steps": 0}))
+        self.last_saved = self.step if self.resume_path is not None else None
+        self._start_batches(data_state)
+        self.log = RunLog(self.output_dir, self.is_main, args.report_to_tensorboard,
+                          resume_step=self.step if self.resume_path else None)
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=args.max_steps, initial=self.step, unit="step", dynamic_ncols=True,
+                        desc=f"pretraining {self.arch.name} ({self.objective.name})",
+                        disable=not (self.is_main and args.progress_bar))
+
+    def resume(self, path: Path) -> dict | None:
+        """Continue checkpoint `path` once the model is prepared: the engine's state (DeepSpeed; a plain
+        model and optimizer were loaded before `prepare`), this process's RNG and objective state. Returns
+        its data-stream position (streaming; None otherwise)."""
+        run = self.run
+        self.checkpointer.restore(path, run.model, run.optimizer, prepared=True)
+        process_state, data_state, objective_state = ckpt.read_process_state(path, self.rank, self.accelerator.device)
         ckpt.set_rng_state(process_state["tensors"], process_state["extra"])
         run.objective_state = objective_state if objective_state is not None else {}
-    first_micro = micro_batches_before(start_step, args.gradient_accumulation_steps, args.batch_size_warmup_steps)
-    stream = None
-    if train_examples is not None:
-        batches = train_batches(train_examples, plan, collator, first_micro, args.dataloader_num_workers)
-    else:
-        stream = StreamBatches(train_docs, objective, tokenizer, settings, collator, args.per_device_train_batch_size,
-                               world, rank, args.seed, data_state)
-        batches = iter(stream)
-    if resume_path is None or (objective.stateful and not run.objective_state):
-        run.objective_state = to_device(objective.initial_state(args.per_device_train_batch_size), accelerator.device)
-    eval_list = None
-    if eval_examples is not None and len(eval_examples):
-        eval_list = eval_batches(eval_examples, args.eval_batch_size, world, rank, collator, args.seed,
-                                 args.max_eval_examples)
-    log = RunLog(output_dir, is_main, args.report_to_tensorboard, resume_step=start_step if resume_path else None)
-    from tqdm.auto import tqdm
+        return data_state
 
-    bar = tqdm(total=args.max_steps, initial=start_step, desc=f"pretraining {arch.name} ({objective.name})",
-               unit="step", disable=not (is_main and args.progress_bar), dynamic_ncols=True)
-    for callback in callbacks:
-        callback.on_train_begin(run)
+    def _start_batches(self, data_state: dict | None) -> None:
+        """The training micro-batches from the first one not yet used, the objective's starting state and
+        the evaluation batches."""
+        args, objective, device = self.args, self.objective, self.accelerator.device
+        first_micro = micro_batches_before(self.step, args.gradient_accumulation_steps, args.batch_size_warmup_steps)
+        self.stream = None
+        if self.train_examples is not None:
+            self.batches = train_batches(self.train_examples, self.plan, self.collator, first_micro,
+                                         args.dataloader_num_workers)
+        else:
+            self.stream = StreamBatches(self.train_docs, objective, self.tokenizer, self.settings, self.collator,
+                                        args.per_device_train_batch_size, self.world, self.rank, args.seed, data_state)
+            self.batches = iter(self.stream)
+        if self.resume_path is None or (objective.stateful and not self.run.objective_state):
+            self.run.objective_state = to_device(objective.initial_state(args.per_device_train_batch_size), device)
+        self.eval_list = None
+        if self.eval_examples is not None and len(self.eval_examples):
+            self.eval_list = eval_batches(self.eval_examples, args.eval_batch_size, self.world, self.rank,
+                                          self.collator, args.seed, args.max_eval_examples)
 
-    step, final_loss, eval_metrics = start_step, None, {}
-    window = {"loss": 0.0, "n": 0, "tokens": 0, "time": time.perf_counter()}
-    last_saved = start_step if resume_path is not None else None
-    model.train()
-    activity = f"step {step + 1}"  # what the run was doing, for the error of a collective that fails
-    try:
-        while step < args.max_steps:
-            activity = f"step {step + 1}"
-            n_micro = micro_batches_per_step(step, args.gradient_accumulation_steps, args.batch_size_warmup_steps)
-            lr = args.learning_rate * lr_multiplier(args.lr_scheduler, step, args.max_steps, args.warmup,
-                                                    args.decay_ratio, args.min_lr_ratio)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            # loss sum, micro-batches with targets, without targets, non-finite, tokens
-            stats = torch.zeros(5, dtype=torch.float64)
-            for i in range(n_micro):
-                m, batch = next(batches)
-                if objective.layout == "contiguous" and plan is not None and m % plan.per_epoch == 0 and m > 0:
-                    run.objective_state = to_device(objective.initial_state(args.per_device_train_batch_size),
-                                                     accelerator.device)  # the streams start over
-                batch = to_device(batch, accelerator.device)
-                for callback in callbacks:
-                    callback.on_micro_batch(run, batch)
-                last = i == n_micro - 1
-                accelerator.sync_gradients = last
-                with nullcontext() if last else accelerator.no_sync(model):
-                    outputs = model(**objective.step_inputs(batch, run.objective_state))
-                    run.objective_state = objective.update_state(batch, outputs, run.objective_state)
-                    loss = outputs.loss
-                    if count_targets(batch) == 0 or loss is None:
-                        stats[2] += 1
-                        backward_loss = _zero_loss(outputs)
-                    else:
-                        value = float(loss.detach())
-                        if math.isfinite(value):
-                            stats[0] += value
-                            stats[1] += 1
-                        else:
-                            stats[3] += 1
-                        backward_loss = loss / n_micro
-                    accelerator.backward(backward_loss)
-                stats[4] += count_tokens(batch)
-            if world > 1:
-                stats = accelerator.reduce(stats.to(accelerator.device), reduction="sum").cpu()
-            loss_sum, with_targets, without_targets, non_finite, tokens = stats.tolist()
-            counters["batches_without_targets"] += int(without_targets)
-            grad_norm = None
-            if non_finite:
-                if args.nan_policy == "stop":
-                    raise NonFiniteLossError(
-                        f"The training loss is not finite (NaN or inf) at step {step + 1} (in {int(non_finite)} "
-                        f"micro-batch(es)). Lower --learning_rate, keep --max_grad_norm clipping on, try bf16 instead "
-                        "of fp16, or pass --nan_policy skip to skip such steps.")
-                optimizer.zero_grad(set_to_none=True)
-                counters["skipped_steps"] += 1
+    # --- the loop --------------------------------------------------------------------------------
+
+    def train(self) -> PretrainResult:
+        """Run `train_step` until --max_steps, logging, evaluating and checkpointing on schedule, then write
+        the final model (and publish it with --push_to_hub). Ctrl-C raises `PretrainInterrupted`; a failed
+        collective between processes raises `CollectiveError` naming what the run was doing."""
+        args, run = self.args, self.run
+        for callback in self.callbacks:
+            callback.on_train_begin(run)
+        self.window = LogWindow()
+        run.model.train()
+        self.activity = f"step {self.step + 1}"
+        try:
+            while self.step < args.max_steps:
+                record = self.train_step()
+                self._log_step(record)
+                step = self.step
+                if self.eval_list and ((args.eval_steps and step % args.eval_steps == 0) or step == args.max_steps):
+                    self.activity = f"the evaluation after step {step}"
+                    self.eval_metrics = self.evaluate()
+                    self.log.write({"step": step, "epoch": record["epoch"], **self.eval_metrics})
+                    for callback in self.callbacks:
+                        callback.on_evaluate(run, self.eval_metrics)
+                    self.window.start = time.perf_counter()  # evaluation time is not training throughput
+                if (args.save_steps and step % args.save_steps == 0) or (
+                        step == args.max_steps and (args.save_steps or self.checkpointer.always_save_final_step)):
+                    self.activity = f"the checkpoint of step {step}"
+                    self.save()
+                    self.window.start = time.perf_counter()
+            self.bar.close()
+            final_model = self._finish()
+        except KeyboardInterrupt:
+            raise PretrainInterrupted(self.step, ckpt.latest_checkpoint(self.output_dir)) from None
+        except Exception as err:
+            if self.world > 1 and _is_collective_failure(err):
+                raise CollectiveError(_collective_failure_message(err, self.activity, self.world, args)) from err
+            raise
+        finally:
+            self.bar.close()
+            self.log.close()
+        result = self._result(final_model)
+        for callback in self.callbacks:
+            callback.on_train_end(run, result)
+        if self.world > 1:  # free the engine / DDP wrapper before the process group goes (gloo can hang at exit)
+            run.model = run.optimizer = self.run = run = None
+            self.accelerator.free_memory()
+            gc.collect()
+        return result
+
+    def train_step(self) -> dict:
+        """One optimizer step: the scheduled learning rate, `micro_batches_per_step` micro-batches
+        (gradients synchronised on the last only), the loss checked on every process (--nan_policy),
+        clipping and the update. Returns the step's record, as `on_step_end` gets it."""
+        args, run = self.args, self.run
+        self.activity = f"step {self.step + 1}"
+        n_micro = micro_batches_per_step(self.step, args.gradient_accumulation_steps, args.batch_size_warmup_steps)
+        lr = args.learning_rate * lr_multiplier(args.lr_scheduler, self.step, args.max_steps, args.warmup,
+                                                args.decay_ratio, args.min_lr_ratio)
+        for group in run.optimizer.param_groups:
+            group["lr"] = lr
+        stats = StepStats()
+        for i in range(n_micro):
+            self._micro_batch(stats, n_micro, last=i == n_micro - 1)
+        if self.world > 1:
+            stats = stats.reduce(self.accelerator)
+        self.counters["batches_without_targets"] += int(stats.without_targets)
+        grad_norm = self._update(stats)
+        self.step += 1
+        run.step = self.step
+        step_loss = stats.loss_sum / stats.with_targets if stats.with_targets else None
+        if step_loss is not None:
+            self.final_loss = step_loss
+            self.window.loss += step_loss
+            self.window.steps += 1
+        self.window.tokens += stats.tokens
+        record = {"step": self.step, "loss": step_loss, "learning_rate": lr, "grad_norm": grad_norm,
+                  "epoch": self.epoch(self.step)}
+        for callback in self.callbacks:
+            callback.on_step_end(run, record)
+        self.bar.update(1)
+        return record
+
+    def _micro_batch(self, stats: StepStats, n_micro: int, last: bool) -> None:
+        """Forward and backward of the next micro-batch, added to `stats`; without gradient sync unless `last`."""
+        args, run, objective, accelerator = self.args, self.run, self.objective, self.accelerator
+        m, batch = next(self.batches)
+        if objective.layout == "contiguous" and self.plan is not None and m % self.plan.per_epoch == 0 and m > 0:
+            run.objective_state = to_device(objective.initial_state(args.per_device_train_batch_size),
+                                            accelerator.device)  # the streams start over
+        batch = to_device(batch, accelerator.device)
+        for callback in self.callbacks:
+            callback.on_micro_batch(run, batch)
+        accelerator.sync_gradients = last
+        with nullcontext() if last else accelerator.no_sync(run.model):
+            outputs = run.model(**objective.step_inputs(batch, run.objective_state))
+            run.objective_state = objective.update_state(batch, outputs, run.objective_state)
+            loss = outputs.loss
+            if count_targets(batch) == 0 or loss is None:
+                stats.without_targets += 1
+                backward_loss = _zero_loss(outputs)
             else:
-                norm = accelerator.clip_grad_norm_(model.parameters(), args.clip_norm or float("inf"))
-                grad_norm = float(norm) if norm is not None else None
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-            step += 1
-            run.step = step
-            step_loss = loss_sum / with_targets if with_targets else None
-            if step_loss is not None:
-                final_loss = step_loss
-                window["loss"] += step_loss
-                window["n"] += 1
-            window["tokens"] += tokens
-            record = {"step": step, "loss": step_loss, "learning_rate": lr, "grad_norm": grad_norm,
-                      "epoch": _epoch(plan, stream, step, args)}
-            for callback in callbacks:
-                callback.on_step_end(run, record)
-            bar.update(1)
-            if step % args.logging_steps == 0 or step == args.max_steps:
-                elapsed = max(time.perf_counter() - window["time"], 1e-9)
-                entry = {"step": step, "epoch": record["epoch"],
-                         "loss": window["loss"] / window["n"] if window["n"] else None,
-                         "learning_rate": lr, "grad_norm": grad_norm,
-                         "tokens_per_second": window["tokens"] / elapsed, **counters}
-                log.write(entry)
-                bar.set_postfix(loss=f"{entry['loss']:.4f}" if entry["loss"] is not None else "-",
-                                tok_s=f"{entry['tokens_per_second']:.0f}")
-                window = {"loss": 0.0, "n": 0, "tokens": 0, "time": time.perf_counter()}
-            if eval_list and ((args.eval_steps and step % args.eval_steps == 0) or step == args.max_steps):
-                activity = f"the evaluation after step {step}"
-                eval_metrics = evaluate(run, eval_list)
-                log.write({"step": step, "epoch": record["epoch"], **eval_metrics})
-                for callback in callbacks:
-                    callback.on_evaluate(run, eval_metrics)
-                window["time"] = time.perf_counter()  # evaluation time is not training throughput
-            if (args.save_steps and step % args.save_steps == 0) or (
-                    step == args.max_steps and (args.save_steps or deepspeed)):
-                activity = f"the checkpoint of step {step}"
-                _save(run, callbacks, step, counters, resume_settings, plan, stream, args)
-                last_saved = step
-                window["time"] = time.perf_counter()
-        bar.close()
+                value = float(loss.detach())
+                if math.isfinite(value):
+                    stats.loss_sum += value
+                    stats.with_targets += 1
+                else:
+                    stats.non_finite += 1
+                backward_loss = loss / n_micro
+            accelerator.backward(backward_loss)
+        stats.tokens += count_tokens(batch)
 
-        # 5. The final model.
-        activity = f"the export of the final model (after step {step})"
-        final_model = _export_final(run, model_class, last_saved, deepspeed, output_dir)
-        if is_main:
-            tokenizer.save_pretrained(output_dir)
-        accelerator.wait_for_everyone()
-        if args.push_to_hub and is_main:
-            publish(final_model, tokenizer, args, eval_metrics, output_dir / LOG_FILE)
-    except KeyboardInterrupt:
-        raise PretrainInterrupted(step, ckpt.latest_checkpoint(output_dir)) from None
-    except Exception as err:
-        if world > 1 and _is_collective_failure(err):
-            raise CollectiveError(_collective_failure_message(err, activity, world, args)) from err
-        raise
-    finally:
-        bar.close()
-        log.close()
-    state_obj = accelerator.state
-    result = PretrainResult(
-        output_dir=output_dir, model_dir=output_dir, log_path=output_dir / LOG_FILE, final_loss=final_loss,
-        step=step, eval_metrics=eval_metrics, counters=counters, world_size=world,
-        distributed_type=str(state_obj.distributed_type.value if hasattr(state_obj.distributed_type, "value")
-                             else state_obj.distributed_type),
-        backend=getattr(state_obj, "backend", None), model=final_model, tokenizer=tokenizer)
-    for callback in callbacks:
-        callback.on_train_end(run, result)
-    if world > 1:  # free the engine / DDP wrapper before the process group goes (gloo can hang at exit)
-        del run, model, optimizer
-        accelerator.free_memory()
-        gc.collect()
-    return result
+    def _update(self, stats: StepStats) -> float | None:
+        """Clip and apply the accumulated gradients; returns the gradient norm. A non-finite loss stops the
+        run (--nan_policy stop) or skips the update (skip; None)."""
+        args, optimizer = self.args, self.run.optimizer
+        if stats.non_finite:
+            if args.nan_policy == "stop":
+                raise NonFiniteLossError(
+                    f"The training loss is not finite (NaN or inf) at step {self.step + 1} (in {int(stats.non_finite)} "
+                    f"micro-batch(es)). Lower --learning_rate, keep --max_grad_norm clipping on, try bf16 instead "
+                    "of fp16, or pass --nan_policy skip to skip such steps.")
+            optimizer.zero_grad(set_to_none=True)
+            self.counters["skipped_steps"] += 1
+            return None
+        norm = self.accelerator.clip_grad_norm_(self.run.model.parameters(), args.clip_norm or float("inf"))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return float(norm) if norm is not None else None
+
+    def _log_step(self, record: dict) -> None:
+        """Every --logging_steps (and at the last step): one log line over the steps since the previous one."""
+        args, step, window = self.args, self.step, self.window
+        if step % args.logging_steps and step != args.max_steps:
+            return
+        elapsed = max(time.perf_counter() - window.start, 1e-9)
+        entry = {"step": step, "epoch": record["epoch"], "loss": window.loss / window.steps if window.steps else None,
+                 "learning_rate": record["learning_rate"], "grad_norm": record["grad_norm"],
+                 "tokens_per_second": window.tokens / elapsed, **self.counters}
+        self.log.write(entry)
+        self.bar.set_postfix(loss=f"{entry['loss']:.4f}" if entry["loss"] is not None else "-",
+                             tok_s=f"{entry['tokens_per_second']:.0f}")
+        self.window = LogWindow()
+
+    def evaluate(self) -> dict[str, float]:
+        """The held-out metrics now (every process takes part); see the module-level `evaluate`."""
+        return evaluate(self.run, self.eval_list)
+
+    def epoch(self, step: int) -> float:
+        """Passes over the training examples after `step` optimizer steps (a streamed corpus: whole passes)."""
+        args = self.args
+        if self.plan is None:
+            return float(self.stream.epoch) if self.stream is not None else 0.0
+        used = micro_batches_before(step, args.gradient_accumulation_steps, args.batch_size_warmup_steps)
+        return round(self.plan.epoch_of(used), 4)
+
+    def save(self) -> Path:
+        """A checkpoint of the current step, with everything `--resume` needs to continue exactly."""
+        args, run, step = self.args, self.run, self.step
+        micro = micro_batches_before(step, args.gradient_accumulation_steps, args.batch_size_warmup_steps)
+        trainer_state = {"step": step, "micro_batches": micro, "epoch": self.epoch(step), "counters": self.counters,
+                         "settings": self.resume_settings, "args": args.to_dict()}
+        path = self.checkpointer.save(
+            step, run.model, run.unwrapped_model, run.optimizer, objective_state=run.objective_state,
+            data_state=self.stream.state() if self.stream is not None else None, trainer_state=trainer_state,
+            on_written=self._on_checkpoint)
+        self.last_saved = step
+        return path
+
+    def _on_checkpoint(self, folder: Path) -> None:
+        for callback in self.callbacks:
+            callback.on_checkpoint(self.run, folder)
+
+    def _finish(self):
+        """Step 5: the final model and tokenizer in the output folder, published with --push_to_hub."""
+        args = self.args
+        self.activity = f"the export of the final model (after step {self.step})"
+        final_model = self.checkpointer.export(self.run.unwrapped_model, self.model_class, self.last_saved)
+        if self.is_main:
+            self.tokenizer.save_pretrained(self.output_dir)
+        self.accelerator.wait_for_everyone()
+        if args.push_to_hub and self.is_main:
+            publish(final_model, self.tokenizer, args, self.eval_metrics, self.output_dir / LOG_FILE)
+        return final_model
+
+    def _result(self, final_model) -> PretrainResult:
+        state = self.accelerator.state
+        kind = state.distributed_type
+        return PretrainResult(
+            output_dir=self.output_dir, model_dir=self.output_dir, log_path=self.output_dir / LOG_FILE,
+            final_loss=self.final_loss, step=self.step, eval_metrics=self.eval_metrics, counters=self.counters,
+            world_size=self.world, distributed_type=str(kind.value if hasattr(kind, "value") else kind),
+            backend=getattr(state, "backend", None), model=final_model, tokenizer=self.tokenizer)
 
 
 def _is_collective_failure(err: BaseException) -> bool:
@@ -828,77 +991,6 @@ def _collective_failure_message(err: BaseException, activity: str, world: int, a
             "taking part: it failed (see its own error), hangs, or ran other collectives than this one (under ZeRO-3 "
             "every process must run the same modules in the same order). Collectives wait --ddp_timeout seconds "
             f"(now {args.ddp_timeout:g}) before they fail; raise it if a step legitimately takes longer.")
-
-
-def _epoch(plan: BatchPlan | None, stream, step: int, args: PretrainArguments) -> float:
-    if plan is None:
-        return float(stream.epoch) if stream is not None else 0.0
-    used = micro_batches_before(step, args.gradient_accumulation_steps, args.batch_size_warmup_steps)
-    return round(plan.epoch_of(used), 4)
-
-
-def _save(run: PretrainRun, callbacks, step: int, counters: dict, settings: dict, plan, stream, args) -> Path:
-    accelerator = run.accelerator
-    is_main = accelerator.is_main_process
-    tmp = ckpt.begin_checkpoint(args.output_dir, step, is_main)
-    accelerator.wait_for_everyone()
-    unwrapped = run.unwrapped_model
-    if _using_deepspeed(run.args):
-        run.model.save_checkpoint(str(tmp), tag="deepspeed")
-        if is_main:
-            unwrapped.config.to_json_file(str(tmp / "config.json"))
-    elif is_main:
-        unwrapped.save_pretrained(tmp / "model")
-        inner = getattr(run.optimizer, "optimizer", run.optimizer)
-        ckpt.save_optimizer(inner, tmp)
-    ckpt.write_process_state(tmp, accelerator.process_index, run.objective_state,
-                             stream.state() if stream is not None else None)
-    for callback in callbacks:
-        callback.on_checkpoint(run, tmp)
-    accelerator.wait_for_everyone()
-    final = tmp.with_name(f"step_{step}")
-    if is_main:
-        micro = micro_batches_before(step, args.gradient_accumulation_steps, args.batch_size_warmup_steps)
-        final = ckpt.commit_checkpoint(tmp, {
-            "step": step, "micro_batches": micro, "epoch": _epoch(plan, stream, step, args), "counters": counters,
-            "settings": settings, "args": args.to_dict()}, args.save_total_limit)
-    accelerator.wait_for_everyone()
-    return final
-
-
-def _export_final(run: PretrainRun, model_class, last_saved: int | None, deepspeed: bool, output_dir: Path):
-    """Write the final model to `output_dir` (main process); returns it there (None elsewhere)."""
-    accelerator = run.accelerator
-    if not deepspeed:
-        model = run.unwrapped_model
-        if accelerator.is_main_process:
-            model.save_pretrained(output_dir)
-            return model
-        return None
-    # DeepSpeed: the fp32 master weights, consolidated from the ZeRO partitions of the final checkpoint.
-    path = ckpt.checkpoint_root(output_dir) / f"step_{last_saved}"
-    model = None
-    if accelerator.is_main_process:
-        model = export_deepspeed_checkpoint(path, model_class, run.unwrapped_model.config, output_dir)
-    accelerator.wait_for_everyone()
-    return model
-
-
-def export_deepspeed_checkpoint(path: Path, model_class, config, out: Path):
-    """A consolidated fp32 model from a DeepSpeed checkpoint folder, saved as safetensors in `out`."""
-    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-
-    state_dict = get_fp32_state_dict_from_zero_checkpoint(str(path), tag="deepspeed")
-    model = model_class(config)
-    ckpt_missing, unexpected = model.load_state_dict(state_dict, strict=False)
-    tied = ckpt._tied_names(model)
-    missing = [k for k in ckpt_missing if k not in tied]
-    if missing or unexpected:
-        raise ckpt.CheckpointError(f"The DeepSpeed checkpoint {path} does not fit the model: missing {missing[:5]}, "
-                                   f"unexpected {unexpected[:5]}.")
-    model.tie_weights()
-    model.save_pretrained(out)
-    return model
 
 
 def _load_tokenizer(path):
