@@ -1032,6 +1032,9 @@ def _prepare_output(args: FinetuneArguments) -> Path:
     return out
 
 
+LOG_HISTORY = "log_history.jsonl"  # Trainer's log history, one JSON line per record
+
+
 def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> FinetuneResult:
     """Finetune a model as `args` says; see the module docstring for what is written where.
 
@@ -1039,25 +1042,59 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
     tokenizer: a tokenizer object to use instead of loading or training one.
     Raises `FinetuneError` for bad input, before any training starts, and `NonFiniteLossError` when the
     training loss becomes NaN/inf (with `nan_policy="stop"`, the default; no model is saved then).
+
+    The run's named steps, as pretrain's and distill's: check the settings and the output folder, prepare
+    the data, build the model (tokenizer, model, tokenized data, LoRA), train and evaluate, save / publish.
     """
-    import datasets
     import transformers
 
     hub = _check_hub(args.push_to_hub) if args.push_to_hub else None
     requested = args  # what finetune_args.json records (a Hub repo id stays an id)
-    if args.model_name_or_path is not None:
-        try:  # a Hub repo id: its snapshot in the Hugging Face cache, downloaded if needed
-            folder = resolve_checkpoint(args.model_name_or_path, revision=args.revision)
-        except CheckpointSourceError as err:
-            raise FinetuneError(f"--model_name_or_path {args.model_name_or_path}: {err}") from None
-        if not (folder / "config.json").is_file():
-            raise FinetuneError(f"--model_name_or_path {args.model_name_or_path} is not a checkpoint folder (no "
-                                "config.json there).")
-        args = dataclasses.replace(args, model_name_or_path=str(folder))
+    args = _resolve_model_source(args)
     if args.arch is not None:
         _scratch_architecture(args)  # fail on an unknown architecture or head before loading any data
     out = _prepare_output(args)
     transformers.set_seed(args.seed)
+    data = _prepare_data(args, dataset)
+    tokenizer = tokenizer if tokenizer is not None else _load_tokenizer(args, data)
+    model, collator = _build_model(args, data, tokenizer, out)
+    trainer = _build_trainer(args, model, tokenizer, collator, data, out)
+    metrics = _train_and_evaluate(trainer, args, data, given_dataset=dataset is not None)
+    model, dirs = _save_model(trainer, tokenizer, args, metrics, out)
+    hub_folder = None
+    if hub is not None:
+        hub_folder = _publish(hub, model, tokenizer, args, metrics, out / LOG_HISTORY, out / "hub")
+    if not args.keep_checkpoints:
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    metrics_file = out / "metrics.json"
+    metrics_file.write_text(json.dumps(metrics, indent=2) + "\n")
+    saved_args = {k: v for k, v in dataclasses.asdict(requested).items()}
+    (out / "finetune_args.json").write_text(json.dumps(saved_args, indent=2) + "\n")
+    return FinetuneResult(
+        metrics=metrics, output_dir=out, **dirs, log_file=out / LOG_HISTORY, metrics_file=metrics_file,
+        best_checkpoint=metrics["best_checkpoint"], label_names=data.label_names, hub_folder=hub_folder,
+        model=model, tokenizer=tokenizer, trainer=trainer,
+    )
+
+
+def _resolve_model_source(args: FinetuneArguments) -> FinetuneArguments:
+    """`args` with --model_name_or_path as a local checkpoint folder (a Hub repo id: its snapshot in the
+    Hugging Face cache, downloaded if needed)."""
+    if args.model_name_or_path is None:
+        return args
+    try:
+        folder = resolve_checkpoint(args.model_name_or_path, revision=args.revision)
+    except CheckpointSourceError as err:
+        raise FinetuneError(f"--model_name_or_path {args.model_name_or_path}: {err}") from None
+    if not (folder / "config.json").is_file():
+        raise FinetuneError(f"--model_name_or_path {args.model_name_or_path} is not a checkpoint folder (no "
+                            "config.json there).")
+    return dataclasses.replace(args, model_name_or_path=str(folder))
+
+
+def _prepare_data(args: FinetuneArguments, dataset) -> _TaskData:
+    """The task's splits and columns, from `dataset` when given, else from --dataset / the data files."""
+    import datasets
 
     if dataset is None:
         raw = load_finetune_data(args)
@@ -1067,7 +1104,14 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
         raw = dataset
     data = _inspect_columns(_standard_splits(_skip_rows_without_text(raw, args), args), args)
     data.max_answer_length = args.max_answer_length
-    tokenizer = tokenizer if tokenizer is not None else _load_tokenizer(args, data)
+    return data
+
+
+def _build_model(args: FinetuneArguments, data: _TaskData, tokenizer, out: Path):
+    """(model, collator): the checkpoint's or a fresh model with the task's head, the data tokenized for
+    what it takes (checked by one forward pass), LoRA adapters with --lora."""
+    from ..data.tokenizers import fit_tokenizer_to_model
+
     if args.model_name_or_path is not None:
         model, fresh = _from_checkpoint(args, data)
     else:
@@ -1076,8 +1120,6 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
             logger.warning("LoRA on a from-scratch (randomly initialised) model trains only adapters and the head; "
                            "its initial weights are saved in %s/base for reloading the adapter.", out)
     _check_vocab(model, tokenizer)
-    from ..data.tokenizers import fit_tokenizer_to_model
-
     fit_tokenizer_to_model(tokenizer, model)  # emit and save only what this model takes (DistilBERT: no token types)
     accepted = set(inspect.signature(model.forward).parameters) & set(MODEL_INPUTS)
     _tokenize(data, tokenizer, args, accepted)
@@ -1090,21 +1132,30 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
             _set_name_or_path(model, out / "base")
         model = apply_lora(model, args.task, r=args.lora_r, alpha=args.lora_alpha, dropout=args.lora_dropout,
                            target_modules=args.lora_target_modules, fresh_modules=fresh)
+    return model, collator
 
-    log_file = out / "log_history.jsonl"
-    checkpoints = out / "checkpoints"
-    callbacks, compute_metrics = [_jsonl_callback(log_file)], _compute_metrics(args.task, data, "validation")
+
+def _build_trainer(args: FinetuneArguments, model, tokenizer, collator, data: _TaskData, out: Path):
+    """The Trainer, logging to `log_history.jsonl`, checkpointing in `checkpoints/`, and (classification)
+    warning when the run stays at chance."""
+    callbacks, compute_metrics = [_jsonl_callback(out / LOG_HISTORY)], _compute_metrics(args.task, data, "validation")
     if args.task == CLASSIFICATION:  # warns when the run stays at chance
         callbacks.append(stuck_finetune_callback(len(data.label_names), data.label_names))
         compute_metrics = callbacks[-1].watch(compute_metrics)
-    trainer = _trainer(
-        args.nan_policy, model=model, args=_training_arguments(args, len(data.features["train"]), checkpoints),
+    return _trainer(
+        args.nan_policy, model=model,
+        args=_training_arguments(args, len(data.features["train"]), out / "checkpoints"),
         train_dataset=data.features["train"], eval_dataset=data.features["validation"],
         processing_class=tokenizer, data_collator=collator,
         compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=None if args.task == QUESTION_ANSWERING else _argmax_logits,
         callbacks=callbacks,
     )
+
+
+def _train_and_evaluate(trainer, args: FinetuneArguments, data: _TaskData, given_dataset: bool) -> dict:
+    """Train, then the metrics of `metrics.json`: train, eval (the best checkpoint), test, majority
+    baselines (classification), the best checkpoint's name and the run's provenance."""
     train_output = trainer.train()
     if trainer.skipped_batches:
         train_output.metrics["skipped_batches"] = trainer.skipped_batches
@@ -1119,12 +1170,17 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
         metrics["baseline"] = {f"{split}_majority_accuracy": _majority_baseline(data, split)
                                for split in ("validation", "test") if split in data.features}
     metrics["best_checkpoint"] = Path(best).name if best else None
-    metrics["provenance"] = _provenance(args, given_dataset=dataset is not None)
+    metrics["provenance"] = _provenance(args, given_dataset=given_dataset)
+    return metrics
 
+
+def _save_model(trainer, tokenizer, args: FinetuneArguments, metrics: dict, out: Path):
+    """Write the trained model with its tokenizer: `model/`, or with --lora `adapter/` (+ `merged/` with
+    --merge). Returns (the model to publish, its folders as FinetuneResult fields)."""
     model = trainer.model
-    model_dir = adapter_dir = merged_dir = hub_folder = None
+    dirs = dict(model_dir=None, adapter_dir=None, merged_dir=None)
     if args.lora:
-        adapter_dir = out / "adapter"
+        adapter_dir = dirs["adapter_dir"] = out / "adapter"
         model.save_pretrained(adapter_dir)
         name_base_model_in_adapter_card(adapter_dir, metrics["provenance"]["base_model"])
         base = model.get_base_model()
@@ -1133,24 +1189,11 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
         tokenizer.save_pretrained(adapter_dir)
         if args.merge:
             model = model.merge_and_unload()
-            merged_dir = out / "merged"
+            merged_dir = dirs["merged_dir"] = out / "merged"
             model.save_pretrained(merged_dir)
             tokenizer.save_pretrained(merged_dir)
     else:
-        model_dir = out / "model"
+        model_dir = dirs["model_dir"] = out / "model"
         trainer.save_model(str(model_dir))
         tokenizer.save_pretrained(model_dir)
-    if hub is not None:
-        hub_folder = _publish(hub, model, tokenizer, args, metrics, log_file, out / "hub")
-    if not args.keep_checkpoints:
-        shutil.rmtree(checkpoints, ignore_errors=True)
-
-    metrics_file = out / "metrics.json"
-    metrics_file.write_text(json.dumps(metrics, indent=2) + "\n")
-    saved_args = {k: v for k, v in dataclasses.asdict(requested).items()}
-    (out / "finetune_args.json").write_text(json.dumps(saved_args, indent=2) + "\n")
-    return FinetuneResult(
-        metrics=metrics, output_dir=out, model_dir=model_dir, adapter_dir=adapter_dir, merged_dir=merged_dir,
-        log_file=log_file, metrics_file=metrics_file, best_checkpoint=metrics["best_checkpoint"],
-        label_names=data.label_names, hub_folder=hub_folder, model=model, tokenizer=tokenizer, trainer=trainer,
-    )
+    return model, dirs

@@ -524,11 +524,17 @@ def _span_corruption_examples(tokenizer, texts, settings):
     from ..data.t5 import compute_input_and_target_lengths
 
     tokens_length, _ = compute_input_and_target_lengths(settings.max_seq_length)
+    return _packed_rows(tokenizer, texts, tokens_length)
+
+
+def _packed_rows(tokenizer, texts, length: int) -> list[dict]:
+    """The documents' tokens joined by EOS and cut into rows of `length` tokens; a shorter tail (of at least
+    2 tokens) is kept only when the corpus has no full row (a partial row pads its batch)."""
     documents = [d for d in tokenizer(list(texts), add_special_tokens=False)["input_ids"] if d]
     if not documents:
         return []
-    rows = [row["input_ids"] for row in pack_stream(documents, tokens_length, tokenizer.eos_token_id)]
-    full = [row for row in rows if len(row) == tokens_length]
+    rows = [row["input_ids"] for row in pack_stream(documents, length, tokenizer.eos_token_id)]
+    full = [row for row in rows if len(row) == length]
     return [{"input_ids": row} for row in (full or [r for r in rows if len(r) >= 2])]
 
 
@@ -562,12 +568,7 @@ def _text_infilling_examples(tokenizer, texts, settings):
     if length < 2:
         raise ValueError(f"--max_seq_length {settings.max_seq_length} is too short for text infilling: <s> + at "
                          f"least 2 text tokens + </s>; use at least 4.")
-    documents = [d for d in tokenizer(list(texts), add_special_tokens=False)["input_ids"] if d]
-    if not documents:
-        return []
-    rows = [row["input_ids"] for row in pack_stream(documents, length, tokenizer.eos_token_id)]
-    full = [row for row in rows if len(row) == length]
-    return [{"input_ids": row} for row in (full or [r for r in rows if len(r) >= 2])]
+    return _packed_rows(tokenizer, texts, length)
 
 
 def _text_infilling_collator(tokenizer, settings):

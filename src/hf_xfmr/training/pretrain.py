@@ -727,7 +727,8 @@ class Pretrainer:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             if self.resume_path is None and args.overwrite_output_dir:
                 shutil.rmtree(ckpt.checkpoint_root(self.output_dir), ignore_errors=True)
-            (self.output_dir / RUN_CONFIG).write_text(json.dumps({**args.to_dict(), "world_size": self.world}, indent=1))
+            run_config = {**args.to_dict(), "world_size": self.world}
+            (self.output_dir / RUN_CONFIG).write_text(json.dumps(run_config, indent=1))
         if self.deepspeed:
             _fill_deepspeed_config(accelerator, args, self.world)
         unwrapped = model
@@ -823,7 +824,7 @@ class Pretrainer:
         for callback in self.callbacks:
             callback.on_train_end(run, result)
         if self.world > 1:  # free the engine / DDP wrapper before the process group goes (gloo can hang at exit)
-            run.model = run.optimizer = self.run = run = None
+            self.run = run = None  # the last references this run holds to the wrapped model and optimizer
             self.accelerator.free_memory()
             gc.collect()
         return result
