@@ -1,4 +1,4 @@
-"""The README's Layout section matches the source tree, both ways, so it cannot go stale.
+"""The Layout section of docs/architecture.md matches the source tree, both ways, so it cannot go stale.
 
 How the section is read (the first ``` block after "## Layout"):
 - an *entry* is a line whose first word ends in "/" (a folder) or ".py" (a module), indented 0, 2 or 4
@@ -19,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "hf_xfmr"
 SKIP = {"__pycache__"}
+LAYOUT_PAGE = "docs/architecture.md"
 
 
 @dataclass
@@ -34,10 +35,10 @@ class Entry:
 
 
 def layout_block() -> list[str]:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("\n## Layout\n"):]
+    page = (ROOT / LAYOUT_PAGE).read_text()
+    section = page[page.index("\n## Layout\n"):]
     match = re.search(r"```\n(.*?)```", section, re.S)
-    assert match, "README.md: no ``` block in the Layout section"
+    assert match, f"{LAYOUT_PAGE}: no ``` block in the Layout section"
     return match.group(1).splitlines()
 
 
@@ -95,7 +96,7 @@ def test_every_folder_and_module_of_the_package_is_in_the_layout():
         for path in modules(sub):
             if path not in named and path not in named_in_text:
                 missing.append(path.relative_to(PACKAGE).as_posix())
-    assert not missing, (f"README.md's Layout section does not name {', '.join(missing)}: add each to the "
+    assert not missing, (f"{LAYOUT_PAGE}'s Layout section does not name {', '.join(missing)}: add each to the "
                          "```-block there (a folder as an entry line, a module in its folder's text).")
 
 
@@ -106,7 +107,7 @@ def test_everything_the_layout_names_exists():
             stale.append(f"line {entry.line}: {entry.path.relative_to(ROOT)}")
         stale += [f"line {entry.line}: {p.relative_to(ROOT)}" for p in sorted(mentioned_modules(entry))
                   if not p.is_file()]
-    assert not stale, f"README.md's Layout section names what does not exist: {'; '.join(stale)}."
+    assert not stale, f"{LAYOUT_PAGE}'s Layout section names what does not exist: {'; '.join(stale)}."
 
 
 def test_the_check_reads_nesting_and_catches_a_missing_module():

@@ -1,54 +1,18 @@
-"""The README's Python snippets run as written (tiny sizes swapped in where they would be slow), and the
-classes their comments name are the classes they produce."""
+"""The Python snippets of README.md and of the pages it hands over to (conversion, data, benchmarks) run as
+written (tiny sizes swapped in where they would be slow), and the classes their comments name are the classes
+they produce."""
 
-import ast
-import io
 import re
 import subprocess
 import sys
-import tokenize
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
 import transformers
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-
-
-def snippet(marker: str) -> str:
-    """The one ```python block of the README that contains `marker`."""
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", README.read_text(), re.S) if marker in b]
-    assert len(blocks) == 1, f"expected one README snippet containing {marker!r}, found {len(blocks)}"
-    return blocks[0]
-
-
-def is_class_name(name: str) -> bool:
-    import hf_xfmr.models
-
-    return hasattr(transformers, name) or any(
-        cls.__name__ == name for arch in hf_xfmr.models.architectures() for cls in arch.classes.values()
-    )
-
-
-def run_checking_comments(code: str) -> dict:
-    """Execute `code` statement by statement; after `name = ...  # ClassName ...`, `name` must be a ClassName."""
-    comments = {tok.start[0]: tok.string for tok in tokenize.generate_tokens(io.StringIO(code).readline)
-                if tok.type == tokenize.COMMENT}
-    namespace: dict = {}
-    checked = 0
-    for stmt in ast.parse(code).body:
-        exec(compile(ast.Module([stmt], []), "<README>", "exec"), namespace)
-        named = re.match(r"#\s*((?:Xfmr)?[A-Z]\w+)\b", comments.get(stmt.end_lineno, ""))
-        if isinstance(stmt, ast.Assign) and named and is_class_name(named.group(1)):
-            (target,) = stmt.targets
-            assert type(namespace[target.id]).__name__ == named.group(1), (
-                f"README says {target.id} is a {named.group(1)}, it is a {type(namespace[target.id]).__name__}"
-            )
-            checked += 1
-    namespace["_checked"] = checked
-    return namespace
+# snippet / run_checking_comments / is_class_name lived here before the manual moved into docs/
+from .doc_snippets import is_class_name, run_checking_comments, snippet  # noqa: F401
 
 
 @pytest.fixture
@@ -67,9 +31,9 @@ def tiny_bert_folders(tmp_path, monkeypatch):
 def test_conversion_snippets(tiny_bert_folders):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the new head's ConversionWarning
-        namespace = run_checking_comments(snippet("back = hf_xfmr.to_transformers(ours)"))
+        namespace = run_checking_comments(snippet("back = hf_xfmr.to_transformers(ours)", "docs/conversion.md"))
     assert namespace["_checked"] >= 3
-    namespace = run_checking_comments(snippet('ours.save_pretrained("./bert-base-xfmr")'))
+    namespace = run_checking_comments(snippet('ours.save_pretrained("./bert-base-xfmr")', "docs/conversion.md"))
     assert type(namespace["ref"]).__name__ == "BertForMaskedLM"
     assert (tiny_bert_folders / "bert-base-xfmr" / "model.safetensors").is_file()
 
@@ -80,7 +44,7 @@ def test_loading_existing_checkpoints_snippet(tiny_bert_folders):
     from hf_xfmr.models.conversion import ConversionWarning
 
     with pytest.warns(ConversionWarning, match=r"randomly initialised: .*classifier\.weight"):
-        namespace = run_checking_comments(snippet('mlm = hf_xfmr.from_transformers("google-bert'))
+        namespace = run_checking_comments(snippet('mlm = hf_xfmr.from_transformers("google-bert', "README.md"))
     assert namespace["_checked"] == 1  # mlm is the XfmrBertForMaskedLM its comment says
     assert type(namespace["clf"]).__name__ == "XfmrBertForSequenceClassification"
     assert namespace["clf"].config.num_labels == 2
@@ -101,7 +65,7 @@ def test_drop_in_trainer_snippet(tiny_bert_folders):
     (tiny_bert_folders / "train.csv").write_text(
         "text,label\n" + "".join(f"{t},{i % 2}\n" for i, t in enumerate(texts * 2)))
     with pytest.warns(ConversionWarning, match=r"randomly initialised: .*classifier\.weight"):
-        namespace = run_checking_comments(snippet("trainer.train()"))
+        namespace = run_checking_comments(snippet("trainer.train()", "README.md"))
     model, trainer = namespace["model"], namespace["trainer"]
     assert type(model).__name__ == "XfmrBertForSequenceClassification" and model.config.num_labels == 2
     assert trainer.state.global_step > 0 and trainer.state.epoch == 1
@@ -109,7 +73,7 @@ def test_drop_in_trainer_snippet(tiny_bert_folders):
 
 
 def test_data_snippet(monkeypatch):
-    code = snippet("DataCollatorForMLM(tok")
+    code = snippet("DataCollatorForMLM(tok", "docs/data.md")
     code = code.replace("default_corpus()", "default_corpus(40)").replace("load_corpus()", "load_corpus(max_documents=40)")
     assert "default_corpus(40)" in code and "load_corpus(max_documents=40)" in code
     with pytest.warns(UserWarning, match=r"asked for vocab_size=8000 but .* only \d+ tokens"):
@@ -122,7 +86,7 @@ def test_data_snippet(monkeypatch):
 @pytest.mark.slow  # two interpreter starts (the script and its forkserver): a few seconds
 def test_benchmark_snippet_runs_as_a_script(tmp_path):
     # Saved as a file and run: the memory measurement's child processes import the script again.
-    code = snippet("measure_case(")
+    code = snippet("measure_case(", "docs/benchmarks.md")
     (module,) = re.findall(r"from (\S+) import .*make_case", code)
     tiny = (
         f"import {module} as _bench\n"

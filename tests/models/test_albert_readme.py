@@ -1,11 +1,11 @@
-"""The README's ALBERT snippets run as written (tiny sizes swapped in) and produce the classes they name."""
+"""The ALBERT page's snippets run as written (tiny sizes swapped in) and produce the classes they name."""
 
 import warnings
 
 import torch
 import transformers
 
-from ..test_readme import run_checking_comments, snippet
+from ..doc_snippets import run_checking_comments, snippet
 
 
 def test_albert_usage_and_conversion_snippet(tmp_path, monkeypatch):
@@ -14,7 +14,7 @@ def test_albert_usage_and_conversion_snippet(tmp_path, monkeypatch):
                                        num_attention_heads=4, intermediate_size=37, max_position_embeddings=64)
     transformers.AlbertForMaskedLM(config).save_pretrained(tmp_path / "path/to/albert-checkpoint")
     monkeypatch.chdir(tmp_path)
-    code = snippet('AlbertForMaskedLM.from_pretrained("path/to/albert-checkpoint")').replace('"base"', '"tiny"')
+    code = snippet('AlbertForMaskedLM.from_pretrained("path/to/albert-checkpoint")', "docs/models/albert.md").replace('"base"', '"tiny"')
     namespace = run_checking_comments(code)
     assert type(namespace["model"]).__name__ == "XfmrAlbertForPreTraining"
     assert type(namespace["ours"]).__name__ == "XfmrAlbertForMaskedLM"
@@ -22,7 +22,7 @@ def test_albert_usage_and_conversion_snippet(tmp_path, monkeypatch):
 
 
 def test_albert_sop_pretraining_snippet():
-    code = snippet("create_sop_examples(").replace("default_corpus()", "default_corpus(30)")
+    code = snippet("create_sop_examples(", "docs/models/albert.md").replace("default_corpus()", "default_corpus(30)")
     code = code.replace("vocab_size=8000", "vocab_size=600").replace('"base"', '"tiny"')
     assert "default_corpus(30)" in code and '"tiny"' in code
     with warnings.catch_warnings():

@@ -1,16 +1,16 @@
-"""The README's ModernBERT snippet runs as written (the tiny preset swapped in) and produces the classes it names."""
+"""The ModernBERT page's snippet runs as written (the tiny preset swapped in) and produces the classes it names."""
 
 import warnings
 
 import torch
 
-from ..test_readme import run_checking_comments, snippet
+from ..doc_snippets import run_checking_comments, snippet
 
 
 def test_modernbert_usage_snippet(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     torch.manual_seed(0)
-    code = snippet("XfmrModernBertConfig.from_preset(")
+    code = snippet("XfmrModernBertConfig.from_preset(", "docs/models/modernbert.md")
     code = code.replace('"base"', '"tiny"')
     assert '"tiny"' in code
     with warnings.catch_warnings():

@@ -1,9 +1,9 @@
-"""The README's T5 snippet runs as written (tiny sizes swapped in) and produces the classes it names."""
+"""The T5 page's snippet runs as written (tiny sizes swapped in) and produces the classes it names."""
 
 import torch
 import transformers
 
-from ..test_readme import run_checking_comments, snippet
+from ..doc_snippets import run_checking_comments, snippet
 from ._t5 import tiny_t5_config
 
 
@@ -12,7 +12,7 @@ def test_t5_usage_snippet(tmp_path, monkeypatch):
     config = tiny_t5_config(vocab_size=2000)
     transformers.T5ForConditionalGeneration(config).save_pretrained(tmp_path / "path/to/t5")
     monkeypatch.chdir(tmp_path)
-    code = snippet('T5ForConditionalGeneration.from_pretrained("path/to/t5")').replace('"small"', '"tiny"')
+    code = snippet('T5ForConditionalGeneration.from_pretrained("path/to/t5")', "docs/models/t5.md").replace('"small"', '"tiny"')
     assert '"tiny"' in code
     namespace = run_checking_comments(code)
     model = namespace["model"]

@@ -1,16 +1,16 @@
-"""The README's XLNet snippet runs as written (tiny sizes swapped in) and produces the classes it names."""
+"""The XLNet page's snippet runs as written (tiny sizes swapped in) and produces the classes it names."""
 
 import warnings
 
 import torch
 
-from ..test_readme import run_checking_comments, snippet
+from ..doc_snippets import run_checking_comments, snippet
 
 
 def test_xlnet_usage_snippet(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     torch.manual_seed(0)
-    code = snippet("DataCollatorForPLM(tok, seq_len=128, reuse_len=64, compact=True)")
+    code = snippet("DataCollatorForPLM(tok, seq_len=128, reuse_len=64, compact=True)", "docs/models/xlnet.md")
     code = code.replace("default_corpus()", "default_corpus(40)").replace("vocab_size=8000", "vocab_size=600")
     code = code.replace('"base"', '"tiny"')
     assert "default_corpus(40)" in code and '"tiny"' in code

@@ -1,11 +1,11 @@
-"""The README's distillation snippet runs as written (a tiny teacher and a few steps swapped in) and its
+"""The distillation page's snippet runs as written (a tiny teacher and a few steps swapped in) and its
 objects are the classes its comments name."""
 
 import pytest
 import torch
 import transformers
 
-from ..test_readme import run_checking_comments, snippet
+from ..doc_snippets import run_checking_comments, snippet
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def test_distillation_snippet(tmp_path, monkeypatch, wordpiece_tokenizer, one_th
     transformers.BertForMaskedLM(config).save_pretrained(tmp_path / "my-bert")
     wordpiece_tokenizer.save_pretrained(tmp_path / "my-bert")
     monkeypatch.chdir(tmp_path)
-    code = snippet("init_student_from_teacher(teacher, num_layers=6)")
+    code = snippet("init_student_from_teacher(teacher, num_layers=6)", "docs/distillation.md")
     code = code.replace("max_steps=1000, batch_size=16", "max_steps=2, batch_size=4")
     code = code.replace("corpus=None,", "corpus=None, max_documents=8,").replace("num_layers=6", "num_layers=2")
     assert "max_steps=2" in code and "max_documents=8" in code and "num_layers=2" in code

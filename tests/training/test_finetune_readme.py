@@ -1,21 +1,11 @@
-"""The README's finetuning and VADER snippets run as written (a tiny checkpoint, a small stand-in for the
+"""The finetuning page's finetuning and VADER snippets run as written (a tiny checkpoint, a small stand-in for the
 VADER archive, and a couple of steps instead of two epochs)."""
-
-import re
-from pathlib import Path
 
 from hf_xfmr.data import labelled
 
 from ..data.test_labelled import write_fake_vader_sdist
+from ..doc_snippets import snippet
 from .finetune_helpers import one_thread, save_mlm_checkpoint  # noqa: F401
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def snippet(marker: str) -> str:
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", README.read_text(), re.S) if marker in b]
-    assert len(blocks) == 1, f"expected one README snippet containing {marker!r}, found {len(blocks)}"
-    return blocks[0]
 
 
 def test_finetune_and_vader_snippets(tmp_path, monkeypatch, wordpiece_tokenizer):
@@ -23,7 +13,7 @@ def test_finetune_and_vader_snippets(tmp_path, monkeypatch, wordpiece_tokenizer)
     monkeypatch.setenv(labelled.VADER_ENV, str(write_fake_vader_sdist(tmp_path / "vader.tar.gz", per_source=40)))
     save_mlm_checkpoint(tmp_path / "ckpt", wordpiece_tokenizer)
 
-    code = snippet("load_adapter_model(result.adapter_dir)")
+    code = snippet("load_adapter_model(result.adapter_dir)", "docs/finetuning.md")
     quick = "max_steps=2, eval_steps=1, use_cpu=True, disable_tqdm=True"
     assert "num_train_epochs=2" in code
     namespace = {}
@@ -34,6 +24,6 @@ def test_finetune_and_vader_snippets(tmp_path, monkeypatch, wordpiece_tokenizer)
     assert type(namespace["model"]).__name__ == "PeftModelForSequenceClassification"
 
     namespace = {}
-    exec(snippet("load_vader_sentiment()"), namespace)
+    exec(snippet("load_vader_sentiment()", "docs/finetuning.md"), namespace)
     assert set(namespace["data"]) == {"train", "validation", "test"}
     assert namespace["data"]["train"].features["label"].names == ["negative", "neutral", "positive"]

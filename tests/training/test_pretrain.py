@@ -216,7 +216,7 @@ def test_readme_snippets_run(tmp_path, monkeypatch):
 
     import hf_xfmr.training.objectives as table
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "pretraining.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
     (train,) = [b for b in blocks if "pretrain(PretrainArguments(" in b]
     (register,) = [b for b in blocks if "register_objective(Objective(" in b]
