@@ -2,6 +2,6 @@
 
 import sys
 
-from hf_xfmr.bench.harness import _child_main
+from hf_xfmr.bench.harness import memory_main
 
-sys.exit(_child_main())
+sys.exit(memory_main())

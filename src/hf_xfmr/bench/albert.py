@@ -2,7 +2,7 @@
 weights through `hf_xfmr.from_transformers`."""
 
 from .harness import BenchCase, register_case
-from .mlm import mlm_case
+from .mlm import encoder_mlm_case
 
 # Headline size (the issue's): hidden 256, 4 layers, 4 heads, ALBERT's vocabulary and embedding size.
 MLM_SIZES = dict(hidden=256, embedding=128, layers=4, groups=1, heads=4, ffn=1024, vocab=30000, max_positions=512,
@@ -11,41 +11,23 @@ TINY_SIZES = dict(hidden=32, embedding=16, layers=2, groups=1, heads=2, ffn=64, 
                   batch=2, seq=32)
 
 
-def _mlm_case(
-    name: str,
-    *,
-    mode: str = "train",
-    dtype: str = "fp32",
-    sparse_prediction: bool = True,
-    hidden: int = MLM_SIZES["hidden"],
-    embedding: int = MLM_SIZES["embedding"],
-    layers: int = MLM_SIZES["layers"],
-    groups: int = MLM_SIZES["groups"],
-    heads: int = MLM_SIZES["heads"],
-    ffn: int = MLM_SIZES["ffn"],
-    vocab: int = MLM_SIZES["vocab"],
-    max_positions: int = MLM_SIZES["max_positions"],
-    batch: int = MLM_SIZES["batch"],
-    seq: int = MLM_SIZES["seq"],
-    mask_prob: float = 0.15,
-    device: str = "cpu",
-    seed: int = 0,
-) -> BenchCase:
+def _reference(s: dict) -> tuple:
     """Reference `AlbertForMaskedLM(config)` (sdpa, ALBERT's default dropout 0) with random weights; ours
     converted from it (see bench/mlm.py)."""
     import transformers
 
-    config = dict(vocab_size=vocab, embedding_size=embedding, hidden_size=hidden, num_hidden_layers=layers,
-                  num_hidden_groups=groups, num_attention_heads=heads, intermediate_size=ffn,
-                  max_position_embeddings=max_positions)
-    return mlm_case(
-        name, lambda: transformers.AlbertForMaskedLM._from_config(transformers.AlbertConfig(**config),
-                                                                  attn_implementation="sdpa"),
-        mode=mode, dtype=dtype, sparse_prediction=sparse_prediction, vocab=vocab, max_positions=max_positions,
-        batch=batch, seq=seq, mask_prob=mask_prob, device=device, seed=seed,
-        description=f"AlbertForMaskedLM hidden {hidden}, embedding {embedding}, {layers} layers ({groups} group), "
-                    f"{heads} heads, FFN {ffn}, vocab {vocab}",
-    )
+    config = dict(vocab_size=s["vocab"], embedding_size=s["embedding"], hidden_size=s["hidden"],
+                  num_hidden_layers=s["layers"], num_hidden_groups=s["groups"], num_attention_heads=s["heads"],
+                  intermediate_size=s["ffn"], max_position_embeddings=s["max_positions"])
+    return (lambda: transformers.AlbertForMaskedLM._from_config(transformers.AlbertConfig(**config),
+                                                                attn_implementation="sdpa"),
+            f"AlbertForMaskedLM hidden {s['hidden']}, embedding {s['embedding']}, {s['layers']} layers "
+            f"({s['groups']} group), {s['heads']} heads, FFN {s['ffn']}, vocab {s['vocab']}")
+
+
+def _mlm_case(name: str, **overrides) -> BenchCase:
+    """An ALBERT MLM case at `MLM_SIZES` changed by `overrides`."""
+    return encoder_mlm_case(name, MLM_SIZES, _reference, overrides)
 
 
 @register_case("albert-mlm-train", tiny=TINY_SIZES)

@@ -2,7 +2,7 @@
 `RobertaForMaskedLM`, identical weights through `hf_xfmr.from_transformers`."""
 
 from .harness import BenchCase, register_case
-from .mlm import mlm_case
+from .mlm import encoder_mlm_case
 
 # Headline size: a BERT-mini-like encoder with the full BERT vocabulary, so the MLM head matters.
 MLM_SIZES = dict(hidden=256, layers=4, heads=4, ffn=1024, vocab=30522, max_positions=512, batch=8, seq=512)
@@ -10,44 +10,28 @@ MLM_SIZES = dict(hidden=256, layers=4, heads=4, ffn=1024, vocab=30522, max_posit
 TINY_SIZES = dict(hidden=32, layers=2, heads=2, ffn=64, vocab=512, max_positions=64, batch=2, seq=32)
 
 
-def _mlm_case(
-    name: str,
-    arch: str,
-    *,
-    mode: str = "train",
-    dtype: str = "fp32",
-    sparse_prediction: bool = True,
-    hidden: int = MLM_SIZES["hidden"],
-    layers: int = MLM_SIZES["layers"],
-    heads: int = MLM_SIZES["heads"],
-    ffn: int = MLM_SIZES["ffn"],
-    vocab: int = MLM_SIZES["vocab"],
-    max_positions: int = MLM_SIZES["max_positions"],
-    batch: int = MLM_SIZES["batch"],
-    seq: int = MLM_SIZES["seq"],
-    mask_prob: float = 0.15,
-    device: str = "cpu",
-    seed: int = 0,
-) -> BenchCase:
-    """Reference `<Arch>ForMaskedLM(config)` with random weights, ours converted from it (see bench/mlm.py)."""
+def _reference(arch: str, s: dict) -> tuple:
+    """Reference `<Arch>ForMaskedLM(config)` with random weights (ours is converted from it, see bench/mlm.py)."""
     import transformers
 
-    sizes = dict(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                 intermediate_size=ffn)
+    sizes = dict(vocab_size=s["vocab"], hidden_size=s["hidden"], num_hidden_layers=s["layers"],
+                 num_attention_heads=s["heads"], intermediate_size=s["ffn"])
     if arch == "bert":
         config_cls, model_cls = transformers.BertConfig, transformers.BertForMaskedLM
-        sizes["max_position_embeddings"] = max_positions
+        sizes["max_position_embeddings"] = s["max_positions"]
     elif arch == "roberta":
         config_cls, model_cls = transformers.RobertaConfig, transformers.RobertaForMaskedLM
-        sizes["max_position_embeddings"] = max_positions + 2  # RoBERTa offsets positions by pad_token_id + 1
+        sizes["max_position_embeddings"] = s["max_positions"] + 2  # RoBERTa offsets positions by pad_token_id + 1
     else:
         raise ValueError(f"unknown arch {arch!r}")
-    return mlm_case(
-        name, lambda: model_cls(config_cls(**sizes)), mode=mode, dtype=dtype, sparse_prediction=sparse_prediction,
-        vocab=vocab, max_positions=max_positions, batch=batch, seq=seq, mask_prob=mask_prob, device=device,
-        seed=seed, description=f"{model_cls.__name__} hidden {hidden}, {layers} layers, {heads} heads, FFN {ffn}, "
-                               f"vocab {vocab}",
-    )
+    return (lambda: model_cls(config_cls(**sizes)),
+            f"{model_cls.__name__} hidden {s['hidden']}, {s['layers']} layers, {s['heads']} heads, FFN {s['ffn']}, "
+            f"vocab {s['vocab']}")
+
+
+def _mlm_case(name: str, arch: str, **overrides) -> BenchCase:
+    """An MLM case of `arch` ("bert" or "roberta") at `MLM_SIZES` changed by `overrides`."""
+    return encoder_mlm_case(name, MLM_SIZES, lambda s: _reference(arch, s), overrides)
 
 
 @register_case("bert-mlm-train", tiny=TINY_SIZES)

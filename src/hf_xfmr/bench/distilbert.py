@@ -2,44 +2,29 @@
 identical weights through `hf_xfmr.from_transformers`."""
 
 from .harness import BenchCase, register_case
-from .mlm import mlm_case
+from .mlm import encoder_mlm_case
 
 # Headline size (the issue's): hidden 256, 4 layers, 4 heads, the BERT vocabulary.
 MLM_SIZES = dict(hidden=256, layers=4, heads=4, ffn=1024, vocab=30522, max_positions=512, batch=8, seq=512)
 TINY_SIZES = dict(hidden=32, layers=2, heads=2, ffn=64, vocab=512, max_positions=64, batch=2, seq=32)
 
 
-def _mlm_case(
-    name: str,
-    *,
-    mode: str = "train",
-    dtype: str = "fp32",
-    sparse_prediction: bool = True,
-    hidden: int = MLM_SIZES["hidden"],
-    layers: int = MLM_SIZES["layers"],
-    heads: int = MLM_SIZES["heads"],
-    ffn: int = MLM_SIZES["ffn"],
-    vocab: int = MLM_SIZES["vocab"],
-    max_positions: int = MLM_SIZES["max_positions"],
-    batch: int = MLM_SIZES["batch"],
-    seq: int = MLM_SIZES["seq"],
-    mask_prob: float = 0.15,
-    device: str = "cpu",
-    seed: int = 0,
-) -> BenchCase:
+def _reference(s: dict) -> tuple:
     """Reference `DistilBertForMaskedLM(config)` (sdpa, DistilBERT's default dropouts 0.1) with random weights;
     ours converted from it (see bench/mlm.py)."""
     import transformers
 
-    config = dict(vocab_size=vocab, dim=hidden, n_layers=layers, n_heads=heads, hidden_dim=ffn,
-                  max_position_embeddings=max_positions)
-    return mlm_case(
-        name, lambda: transformers.DistilBertForMaskedLM._from_config(transformers.DistilBertConfig(**config),
-                                                                      attn_implementation="sdpa"),
-        mode=mode, dtype=dtype, sparse_prediction=sparse_prediction, vocab=vocab, max_positions=max_positions,
-        batch=batch, seq=seq, mask_prob=mask_prob, device=device, seed=seed,
-        description=f"DistilBertForMaskedLM hidden {hidden}, {layers} layers, {heads} heads, FFN {ffn}, vocab {vocab}",
-    )
+    config = dict(vocab_size=s["vocab"], dim=s["hidden"], n_layers=s["layers"], n_heads=s["heads"],
+                  hidden_dim=s["ffn"], max_position_embeddings=s["max_positions"])
+    return (lambda: transformers.DistilBertForMaskedLM._from_config(transformers.DistilBertConfig(**config),
+                                                                    attn_implementation="sdpa"),
+            f"DistilBertForMaskedLM hidden {s['hidden']}, {s['layers']} layers, {s['heads']} heads, "
+            f"FFN {s['ffn']}, vocab {s['vocab']}")
+
+
+def _mlm_case(name: str, **overrides) -> BenchCase:
+    """A DistilBERT MLM case at `MLM_SIZES` changed by `overrides`."""
+    return encoder_mlm_case(name, MLM_SIZES, _reference, overrides)
 
 
 @register_case("distilbert-mlm-train", tiny=TINY_SIZES)

@@ -16,7 +16,8 @@ The end-to-end Trainer epoch on the VADER sentences is `hf_xfmr.bench.trainer` (
 
 import torch
 
-from .harness import BenchCase, dtype_from_name, register_case
+from .converted import converted_case
+from .harness import BenchCase, register_case
 
 FIRST_ID = 5  # skip the special ids of every tokenizer style, so RoBERTa's positions count real tokens only
 SIZES = dict(hidden=256, layers=4, heads=4, ffn=1024, vocab=30522, batch=32, seq=256, min_len=32, num_labels=2)
@@ -75,23 +76,15 @@ def _padded_case(name: str, arch: str, task: str, *, mode: str, hidden: int, lay
     model_class, config, pad_id = _reference(arch, task, hidden=hidden, layers=layers, heads=heads, ffn=ffn,
                                              vocab=vocab, seq=seq, num_labels=num_labels)
 
-    def build_pair():
-        import hf_xfmr
-
-        ref = model_class._from_config(config, attn_implementation="sdpa")
-        ours = hf_xfmr.from_transformers(ref)
-        return ours, ref
-
     labelled = task != "base" and mode == "train"
-    return BenchCase(
-        name=name, build_pair=build_pair,
-        make_batch=lambda: padded_batch(batch=batch, seq=seq, min_len=min_len, vocab=vocab, seed=seed,
-                                        pad_id=pad_id, num_labels=num_labels if labelled else None),
-        mode=mode, autocast_dtype=dtype_from_name(dtype), device=device,
+    return converted_case(
+        name, lambda: model_class._from_config(config, attn_implementation="sdpa"),
+        lambda: padded_batch(batch=batch, seq=seq, min_len=min_len, vocab=vocab, seed=seed, pad_id=pad_id,
+                             num_labels=num_labels if labelled else None),
+        dict(mode=mode, dtype=dtype, device=device),
+        f"{model_class.__name__} (sdpa) hidden {hidden}, {layers} layers, {heads} heads, FFN {ffn}, vocab {vocab}; "
+        f"batch {batch}, lengths uniform in [{min_len}, {seq}] padded to {seq}; ours in its default configuration",
         loss_fn=None if labelled else (lambda out: out[0].float().pow(2).mean()),
-        description=(f"{model_class.__name__} (sdpa) hidden {hidden}, {layers} layers, {heads} heads, FFN {ffn}, "
-                     f"vocab {vocab}; batch {batch}, lengths uniform in [{min_len}, {seq}] padded to {seq}; "
-                     f"ours in its default configuration"),
     )
 
 

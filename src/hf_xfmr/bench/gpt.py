@@ -2,71 +2,50 @@
 (sdpa), identical weights through `hf_xfmr.from_transformers`."""
 
 import torch
-from torch import nn
 
-from .harness import BenchCase, dtype_from_name, register_case
+from .converted import Generate, converted_case, generation_case  # noqa: F401  (Generate: its old home)
+from .harness import BenchCase, case_sizes, register_case
 
 # Headline size: a small GPT with a 32k vocabulary, so the LM head and its loss matter.
 CLM_SIZES = dict(hidden=256, layers=4, heads=4, ffn=1024, vocab=32000, max_positions=1024, batch=8, seq=512)
 TINY_SIZES = dict(hidden=32, layers=2, heads=2, ffn=64, vocab=512, max_positions=128, batch=2, seq=32)
 GENERATE_TINY = dict(TINY_SIZES, seq=8, new_tokens=4)
+CLM_SETTINGS = dict(mode="train", dtype="fp32", chunked_lm_loss=True, device="cpu", seed=0)
+GENERATE_SETTINGS = dict(new_tokens=128, left_pad=0, device="cpu", seed=0)
 
 
-def _reference(hidden, layers, heads, ffn, vocab, max_positions, attn="sdpa"):
+def _reference(s: dict, attn="sdpa"):
+    """`GPT2LMHeadModel` at the sizes of `s` with random weights (dropout 0.1 as configured by default)."""
     import transformers
 
     config = transformers.GPT2Config(
-        vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=heads, n_inner=ffn, n_positions=max_positions,
-        bos_token_id=vocab - 1, eos_token_id=vocab - 1, pad_token_id=0,
+        vocab_size=s["vocab"], n_embd=s["hidden"], n_layer=s["layers"], n_head=s["heads"], n_inner=s["ffn"],
+        n_positions=s["max_positions"], bos_token_id=s["vocab"] - 1, eos_token_id=s["vocab"] - 1, pad_token_id=0,
     )
     return transformers.GPT2LMHeadModel._from_config(config, attn_implementation=attn)
 
 
-def _clm_case(
-    name: str,
-    *,
-    mode: str = "train",
-    dtype: str = "fp32",
-    chunked_lm_loss: bool = True,
-    hidden: int = CLM_SIZES["hidden"],
-    layers: int = CLM_SIZES["layers"],
-    heads: int = CLM_SIZES["heads"],
-    ffn: int = CLM_SIZES["ffn"],
-    vocab: int = CLM_SIZES["vocab"],
-    max_positions: int = CLM_SIZES["max_positions"],
-    batch: int = CLM_SIZES["batch"],
-    seq: int = CLM_SIZES["seq"],
-    device: str = "cpu",
-    seed: int = 0,
-) -> BenchCase:
+def _clm_case(name: str, **overrides) -> BenchCase:
     """Reference `GPT2LMHeadModel(config)` (sdpa, dropout 0.1 as configured by default) with random
-    weights; ours converted from it. Batch: random ids, mask all ones, labels = input ids (train)."""
-    if seq > max_positions:
-        raise ValueError(f"seq ({seq}) must be <= max_positions ({max_positions})")
-
-    def build_pair():
-        import hf_xfmr
-
-        ref = _reference(hidden, layers, heads, ffn, vocab, max_positions)
-        ours = hf_xfmr.from_transformers(ref)
-        ours.config.chunked_lm_loss = chunked_lm_loss
-        return ours, ref
+    weights; ours converted from it. Batch: random ids, mask all ones, labels = input ids (train).
+    Sizes: `CLM_SIZES`, settings: `CLM_SETTINGS`, both changed by `overrides`."""
+    s = case_sizes(name, {**CLM_SETTINGS, **CLM_SIZES}, overrides)
+    if s["seq"] > s["max_positions"]:
+        raise ValueError(f"seq ({s['seq']}) must be <= max_positions ({s['max_positions']})")
 
     def make_batch():
-        g = torch.Generator().manual_seed(seed)
-        input_ids = torch.randint(1, vocab - 1, (batch, seq), generator=g)
+        g = torch.Generator().manual_seed(s["seed"])
+        input_ids = torch.randint(1, s["vocab"] - 1, (s["batch"], s["seq"]), generator=g)
         out = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
-        if mode == "train":
+        if s["mode"] == "train":
             out["labels"] = input_ids.clone()
         return out
 
-    return BenchCase(
-        name=name, build_pair=build_pair, make_batch=make_batch, mode=mode,
-        autocast_dtype=dtype_from_name(dtype), device=device,
-        description=(
-            f"GPT2LMHeadModel hidden {hidden}, {layers} layers, {heads} heads, FFN {ffn}, vocab {vocab}; "
-            f"batch {batch} x {seq}; ours chunked_lm_loss={chunked_lm_loss}"
-        ),
+    return converted_case(
+        name, lambda: _reference(s), make_batch, s,
+        f"GPT2LMHeadModel hidden {s['hidden']}, {s['layers']} layers, {s['heads']} heads, FFN {s['ffn']}, "
+        f"vocab {s['vocab']}; batch {s['batch']} x {s['seq']}; ours chunked_lm_loss={s['chunked_lm_loss']}",
+        chunked_lm_loss=s["chunked_lm_loss"],
     )
 
 
@@ -88,60 +67,28 @@ def gpt_clm_train_dense(**kw) -> BenchCase:
     return _clm_case("gpt-clm-train-dense", **{"mode": "train", "chunked_lm_loss": False, **kw})
 
 
-class Generate(nn.Module):
-    """Calls `model.generate(**batch, **settings)` from `forward`, so the harness can time generation.
-    `wrapped` is the model (the harness tests look through it)."""
-
-    def __init__(self, model, **settings):
-        super().__init__()
-        self.wrapped = model
-        self.settings = settings
-
-    def forward(self, **batch):
-        return self.wrapped.generate(**batch, **self.settings)
-
-
 @register_case("gpt-generate", tiny=GENERATE_TINY)
-def gpt_generate(
-    *,
-    hidden: int = CLM_SIZES["hidden"],
-    layers: int = CLM_SIZES["layers"],
-    heads: int = CLM_SIZES["heads"],
-    ffn: int = CLM_SIZES["ffn"],
-    vocab: int = CLM_SIZES["vocab"],
-    max_positions: int = CLM_SIZES["max_positions"],
-    batch: int = CLM_SIZES["batch"],
-    seq: int = CLM_SIZES["seq"],
-    new_tokens: int = 128,
-    left_pad: int = 0,
-    device: str = "cpu",
-    seed: int = 0,
-) -> BenchCase:
+def gpt_generate(**overrides) -> BenchCase:
     """Greedy generation of `new_tokens` tokens with a KV cache after a `seq`-token prompt (fp32)."""
-    if seq + new_tokens > max_positions:
-        raise ValueError(f"seq + new_tokens ({seq + new_tokens}) must be <= max_positions ({max_positions})")
-    settings = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, num_beams=1)
-
-    def build_pair():
-        import hf_xfmr
-
-        ref = _reference(hidden, layers, heads, ffn, vocab, max_positions)
-        ours = hf_xfmr.from_transformers(ref)
-        return Generate(ours, **settings), Generate(ref, **settings)
+    s = case_sizes("gpt-generate", {**GENERATE_SETTINGS, **CLM_SIZES}, overrides)
+    if s["seq"] + s["new_tokens"] > s["max_positions"]:
+        raise ValueError(f"seq + new_tokens ({s['seq'] + s['new_tokens']}) must be <= max_positions "
+                         f"({s['max_positions']})")
+    batch, seq, left_pad = s["batch"], s["seq"], s["left_pad"]
 
     def make_batch():
-        g = torch.Generator().manual_seed(seed)
-        input_ids = torch.randint(1, vocab - 1, (batch, seq), generator=g)
+        g = torch.Generator().manual_seed(s["seed"])
+        input_ids = torch.randint(1, s["vocab"] - 1, (batch, seq), generator=g)
         mask = torch.ones_like(input_ids)
         for row in range(1, batch, 2):  # every other row left-padded by `left_pad` tokens
             mask[row, :left_pad] = 0
         return {"input_ids": input_ids.masked_fill(mask == 0, 0), "attention_mask": mask}
 
-    return BenchCase(
-        name="gpt-generate", build_pair=build_pair, make_batch=make_batch, mode="infer", device=device,
+    return generation_case(
+        "gpt-generate", lambda: _reference(s), make_batch, new_tokens=s["new_tokens"], device=s["device"],
         description=(
-            f"GPT2LMHeadModel.generate greedy, {new_tokens} new tokens, prompt {batch} x {seq}"
-            f"{f' (odd rows left-padded by {left_pad})' if left_pad else ''}; hidden {hidden}, {layers} layers, "
-            f"vocab {vocab}"
+            f"GPT2LMHeadModel.generate greedy, {s['new_tokens']} new tokens, prompt {batch} x {seq}"
+            f"{f' (odd rows left-padded by {left_pad})' if left_pad else ''}; hidden {s['hidden']}, "
+            f"{s['layers']} layers, vocab {s['vocab']}"
         ),
     )

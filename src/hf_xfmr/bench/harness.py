@@ -168,6 +168,19 @@ def make_case(name: str, *, tiny: bool = False, **overrides: Any) -> BenchCase:
     return case
 
 
+def case_sizes(name: str, defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`defaults` updated with a factory's keyword `overrides`: the sizes and settings of case `name`.
+
+    Factories that share their keywords (the sizes of one architecture) take `**overrides` and resolve them
+    here, instead of each repeating a long keyword signature; an unknown keyword is a TypeError, as it
+    would be for a factory with an explicit signature.
+    """
+    unknown = sorted(set(overrides) - set(defaults))
+    if unknown:
+        raise TypeError(f"benchmark case {name!r} got unexpected keyword(s) {unknown}; it takes {sorted(defaults)}")
+    return {**defaults, **overrides}
+
+
 def case_summary(name: str) -> str:
     """First line of a registered factory's docstring."""
     doc = (CASES[name].factory.__doc__ or "").strip()
@@ -207,7 +220,7 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-class _SideRunner:
+class SideRunner:
     """A model with its optimizer and a `step()` that runs one train or inference step."""
 
     def __init__(self, model: nn.Module, case: BenchCase, batch: Batch):
@@ -239,7 +252,8 @@ class _SideRunner:
 
 
 @contextlib.contextmanager
-def _num_threads(threads: int | None):
+def torch_threads(threads: int | None):
+    """Run with `threads` torch intra-op threads (None: unchanged), yielding the count in effect; restored after."""
     previous = torch.get_num_threads()
     torch.set_num_threads(threads or previous)
     try:
@@ -248,7 +262,8 @@ def _num_threads(threads: int | None):
         torch.set_num_threads(previous)
 
 
-def _build_runners(case: BenchCase, seed: int, sides=SIDES) -> dict[str, _SideRunner]:
+def build_runners(case: BenchCase, seed: int, sides=SIDES) -> dict[str, SideRunner]:
+    """One `SideRunner` per side in `sides`, on one batch: the pair built under `seed`, the batch under `seed + 1`."""
     torch.manual_seed(seed)
     ours, ref = case.build_pair()
     models = {"ours": ours, "ref": ref}
@@ -259,7 +274,7 @@ def _build_runners(case: BenchCase, seed: int, sides=SIDES) -> dict[str, _SideRu
     gc.collect()
     torch.manual_seed(seed + 1)
     batch = _move(case.make_batch(), case.device)
-    return {side: _SideRunner(models[side], case, batch) for side in sides}
+    return {side: SideRunner(models[side], case, batch) for side in sides}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -353,22 +368,8 @@ def time_case(
     (CUDA is synchronized inside the step). `threads` defaults to `torch.get_num_threads()`."""
     if repeats < 1 or warmup < 0:
         raise ValueError(f"need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
-    with _num_threads(threads) as n_threads:
-        runners = _build_runners(case, seed)
-        for _ in range(warmup):
-            for side in SIDES:
-                runners[side].step()
-        times: dict[str, list[float]] = {side: [] for side in SIDES}
-        order: list[str] = []
-        steps = _progress(range(repeats), enabled=progress, desc=f"{case.name} ({case.dtype_label})", unit="pair")
-        for _ in steps:
-            for side in SIDES:
-                start = time.perf_counter()
-                runners[side].step()
-                times[side].append(time.perf_counter() - start)
-                order.append(side)
-        del runners
-        gc.collect()
+    with torch_threads(threads) as n_threads:
+        times, order = time_steps(case, SIDES, repeats=repeats, warmup=warmup, seed=seed, progress=progress)
     ours, ref = SideStats.from_seconds(times["ours"]), SideStats.from_seconds(times["ref"])
     return CaseResult(
         case=case.name,
@@ -385,6 +386,31 @@ def time_case(
         description=case.description,
         params=dict(case.factory_kwargs),
     )
+
+
+def time_steps(case: BenchCase, sides=SIDES, *, repeats: int, warmup: int, seed: int = 0,
+               progress: bool = False) -> tuple[dict[str, list[float]], list[str]]:
+    """Seconds of each of `repeats` steps per side, the sides interleaved, after `warmup` untimed rounds.
+
+    Builds the runners of `sides` (see `build_runners`) and frees them afterwards. Returns (side -> step
+    seconds, the order in which the steps ran).
+    """
+    runners = build_runners(case, seed, sides=tuple(sides))
+    for _ in range(warmup):
+        for side in sides:
+            runners[side].step()
+    times: dict[str, list[float]] = {side: [] for side in sides}
+    order: list[str] = []
+    steps = _progress(range(repeats), enabled=progress, desc=f"{case.name} ({case.dtype_label})", unit="pair")
+    for _ in steps:
+        for side in sides:
+            start = time.perf_counter()
+            runners[side].step()
+            times[side].append(time.perf_counter() - start)
+            order.append(side)
+    del runners
+    gc.collect()
+    return times, order
 
 
 def _progress(iterable, *, enabled: bool, **kwargs):
@@ -457,7 +483,7 @@ def measure_memory_here(case: BenchCase, side: str, *, warmup: int = 1, seed: in
     if side not in SIDES:
         raise ValueError(f"side must be one of {SIDES}, got {side!r}")
     import_kb = import_kb if import_kb is not None else _proc_status_kb("VmRSS")
-    runner = _build_runners(case, seed, sides=(side,))[side]
+    runner = build_runners(case, seed, sides=(side,))[side]
     # Building one side may build both (ours is converted from the reference): the other side is freed
     # by now, so the process peak starts here, with this side's weights alone in memory.
     process_hwm = case.device == "cpu" and import_kb is not None and _reset_hwm()
@@ -635,8 +661,8 @@ def profile_case(
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if case.device == "cuda" else [])
     tables = {}
-    with _num_threads(threads):
-        runners = _build_runners(case, seed, sides=tuple(sides))
+    with torch_threads(threads):
+        runners = build_runners(case, seed, sides=tuple(sides))
         for side, runner in runners.items():
             for _ in range(warmup):
                 runner.step()
@@ -747,7 +773,8 @@ def to_json(rows: list[CaseResult | dict[str, Any]], path: str | os.PathLike, **
 # ----------------------------------------------------------------------------------------------
 
 
-def _child_main(argv: list[str] | None = None) -> int:
+def memory_main(argv: list[str] | None = None) -> int:
+    """`python -m hf_xfmr.bench --memory CASE --side ours|ref ...`: one side's memory, one JSON line."""
     parser = argparse.ArgumentParser(
         prog="python -m hf_xfmr.bench",
         description="Measure one side of a registered benchmark case in this process and print "
@@ -767,7 +794,7 @@ def _child_main(argv: list[str] | None = None) -> int:
         importlib.import_module(module)
     import_kb = _proc_status_kb("VmRSS")  # hf_xfmr imported, no model built
     case = make_case(args.memory, **json.loads(args.kwargs))
-    with _num_threads(args.threads):
+    with torch_threads(args.threads):
         result = measure_memory_here(case, args.side, warmup=args.warmup, seed=args.seed, import_kb=import_kb)
     print(json.dumps(result.as_dict()), flush=True)
     return 0

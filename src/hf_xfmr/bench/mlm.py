@@ -1,15 +1,20 @@
 """What the MLM cases of the BERT-family encoders (bench/bert.py, albert.py, distilbert.py) share: a
 reference `...ForMaskedLM` built from a config with random weights, ours converted from it by
 `hf_xfmr.from_transformers(ref, task="masked-lm")`, and a batch of random ids with, in train mode,
-labels on `mask_prob` of the positions."""
+labels on `mask_prob` of the positions. An architecture module gives its sizes and how to build its
+reference from them (`encoder_mlm_case`); everything else is here."""
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from .harness import BenchCase, dtype_from_name
+from .converted import converted_case
+from .harness import BenchCase, case_sizes
 
 FIRST_ID = 5  # skip [PAD]/<s>/</s>/... so RoBERTa's position ids (derived from padding) are all real
+# What every MLM case takes besides the architecture's sizes, with its defaults.
+MLM_SETTINGS = dict(mode="train", dtype="fp32", sparse_prediction=True, mask_prob=0.15, device="cpu", seed=0)
 
 
 def mlm_batch(*, mode: str, vocab: int, batch: int, seq: int, mask_prob: float, seed: int) -> dict:
@@ -33,20 +38,25 @@ def mlm_case(name: str, build_ref: Callable[[], torch.nn.Module], *, mode: str, 
     if seq > max_positions:
         raise ValueError(f"seq ({seq}) must be <= max_positions ({max_positions})")
 
-    def build_pair():
-        import hf_xfmr
-
-        ref = build_ref()
-        ours = hf_xfmr.from_transformers(ref, task="masked-lm")
-        ours.config.sparse_prediction = sparse_prediction
-        return ours, ref
-
-    return BenchCase(
-        name=name,
-        build_pair=build_pair,
-        make_batch=lambda: mlm_batch(mode=mode, vocab=vocab, batch=batch, seq=seq, mask_prob=mask_prob, seed=seed),
-        mode=mode,
-        autocast_dtype=dtype_from_name(dtype),
-        device=device,
-        description=f"{description}; batch {batch} x {seq}; ours sparse_prediction={sparse_prediction}",
+    return converted_case(
+        name, build_ref,
+        lambda: mlm_batch(mode=mode, vocab=vocab, batch=batch, seq=seq, mask_prob=mask_prob, seed=seed),
+        dict(mode=mode, dtype=dtype, device=device),
+        f"{description}; batch {batch} x {seq}; ours sparse_prediction={sparse_prediction}",
+        task="masked-lm", sparse_prediction=sparse_prediction,
     )
+
+
+def encoder_mlm_case(name: str, sizes: dict[str, Any], reference: Callable[[dict[str, Any]], tuple],
+                     overrides: dict[str, Any]) -> BenchCase:
+    """The MLM case `name` of one encoder architecture.
+
+    `sizes`: the architecture's headline sizes (with `vocab`, `max_positions`, `batch`, `seq`); the factory's
+    `overrides` may change them and `MLM_SETTINGS`. `reference(resolved)` returns (a function building the
+    reference model, the description of its sizes).
+    """
+    s = case_sizes(name, {**MLM_SETTINGS, **sizes}, overrides)
+    build_ref, description = reference(s)
+    return mlm_case(name, build_ref, mode=s["mode"], dtype=s["dtype"], sparse_prediction=s["sparse_prediction"],
+                    vocab=s["vocab"], max_positions=s["max_positions"], batch=s["batch"], seq=s["seq"],
+                    mask_prob=s["mask_prob"], device=s["device"], seed=s["seed"], description=description)

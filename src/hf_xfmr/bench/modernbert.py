@@ -12,6 +12,7 @@ Sweep over the sequence length (512 .. 8192): `python benchmarks/bench_modernber
 
 import torch
 
+from .converted import converted_case, converted_pair
 from .harness import BenchCase, dtype_from_name, register_case
 
 SIZES = dict(hidden=256, layers=4, heads=4, ffn=384, vocab=32000, batch=8, seq=512, min_len=None)
@@ -50,11 +51,11 @@ def _modernbert_case(name, *, hidden=SIZES["hidden"], layers=SIZES["layers"], he
         pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2, sparse_prediction=True,
     )
 
-    def build_pair():
-        import hf_xfmr
+    convert = converted_pair(
+        lambda: transformers.ModernBertForMaskedLM._from_config(config, attn_implementation="sdpa"), task="masked-lm")
 
-        ref = transformers.ModernBertForMaskedLM._from_config(config, attn_implementation="sdpa")
-        ours = hf_xfmr.from_transformers(ref, task="masked-lm")
+    def build_pair():
+        ours, ref = convert()
         assert ours.config.sparse_prediction
         assert ours.config.chunked_lm_loss  # the default: the labelled positions' loss without their (N, V) logits
         return ours, ref
@@ -98,20 +99,12 @@ def bert_mlm_train_padded(*, hidden=256, layers=4, heads=4, ffn=1024, vocab=3052
     config = transformers.BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
                                      num_attention_heads=heads, intermediate_size=ffn, max_position_embeddings=seq)
 
-    def build_pair():
-        import hf_xfmr
-
-        ref = transformers.BertForMaskedLM._from_config(config, attn_implementation="sdpa")
-        ours = hf_xfmr.from_transformers(ref, task="masked-lm")
-        ours.config.sparse_prediction = True
-        return ours, ref
-
-    return BenchCase(
-        name="bert-mlm-train-padded", build_pair=build_pair,
-        make_batch=lambda: _batch(batch, seq, vocab, min_len, mask_prob, seed),
-        mode="train", autocast_dtype=dtype_from_name(dtype), device=device,
-        description=(f"BertForMaskedLM (sdpa) hidden {hidden}, {layers} layers, FFN {ffn}, vocab {vocab}; batch "
-                     f"{batch}, lengths uniform in [{min_len}, {seq}] padded to {seq}; ours sparse prediction"),
+    return converted_case(
+        "bert-mlm-train-padded", lambda: transformers.BertForMaskedLM._from_config(config, attn_implementation="sdpa"),
+        lambda: _batch(batch, seq, vocab, min_len, mask_prob, seed), dict(dtype=dtype, device=device),
+        f"BertForMaskedLM (sdpa) hidden {hidden}, {layers} layers, FFN {ffn}, vocab {vocab}; batch "
+        f"{batch}, lengths uniform in [{min_len}, {seq}] padded to {seq}; ours sparse prediction",
+        task="masked-lm", sparse_prediction=True,
     )
 
 

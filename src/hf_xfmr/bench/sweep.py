@@ -10,31 +10,20 @@ the plot, so a sweep can show where the reference stops. Values above `ref_up_to
 (for sizes the reference cannot run on the machine at hand); the table says so.
 """
 
-import gc
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .harness import SideStats, _build_runners, _num_threads, make_case, measure_case, peak_memory
+from .harness import SideStats, make_case, measure_case, peak_memory, time_steps, torch_threads
 
 
 def measure_ours_only(case, *, repeats: int = 3, warmup: int = 1, threads: int | None = None,
                       memory: bool = True, seed: int = 0) -> dict[str, Any]:
     """Our side of `case` alone (step times and peak memory): a row with `ref` None."""
-    with _num_threads(threads) as n_threads:
-        runner = _build_runners(case, seed, sides=("ours",))["ours"]
-        for _ in range(warmup):
-            runner.step()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            runner.step()
-            times.append(time.perf_counter() - start)
-        del runner
-        gc.collect()
+    with torch_threads(threads) as n_threads:
+        times, _ = time_steps(case, ("ours",), repeats=repeats, warmup=warmup, seed=seed)
     row = {"case": case.name, "mode": case.mode, "dtype": case.dtype_label, "threads": n_threads,
-           "repeats": repeats, "ours": asdict(SideStats.from_seconds(times)), "ref": None, "speed_ratio": None,
+           "repeats": repeats, "ours": asdict(SideStats.from_seconds(times["ours"])), "ref": None, "speed_ratio": None,
            "memory_ratio": None, "params": dict(case.factory_kwargs)}
     if memory:
         row["memory"] = {"ours": peak_memory(case, "ours", threads=n_threads, seed=seed).as_dict()}

@@ -7,57 +7,49 @@
 
 import torch
 
-from .gpt import Generate
-from .harness import BenchCase, dtype_from_name, register_case
+from .converted import converted_case, seq2seq_generation_case
+from .harness import BenchCase, case_sizes, register_case
 
 # Headline: d_model 256, 4 + 4 layers, 4 heads, d_ff 1024, T5's vocabulary; 512 text tokens per row
 # corrupt into 462 input and 104 target tokens (noise density 0.15, mean span 3).
 SPAN_SIZES = dict(d_model=256, layers=4, heads=4, d_ff=1024, vocab=32128, batch=8, seq=462, target=104)
 TINY_SIZES = dict(d_model=32, layers=2, heads=2, d_ff=64, vocab=512, batch=2, seq=24, target=8)
 GENERATE_TINY = dict(TINY_SIZES, new_tokens=4)
+TRAIN_SETTINGS = dict(dtype="fp32", chunked_lm_loss=True, feed_forward_proj="relu", device="cpu", seed=0)
 
 
-def _reference(d_model, layers, heads, d_ff, vocab, feed_forward_proj="relu", dropout=0.1):
+def _reference(s: dict, feed_forward_proj="relu", dropout=0.1):
     import transformers
 
     config = transformers.T5Config(
-        vocab_size=vocab, d_model=d_model, d_kv=d_model // heads, d_ff=d_ff, num_layers=layers, num_heads=heads,
-        feed_forward_proj=feed_forward_proj, dropout_rate=dropout, decoder_start_token_id=0,
+        vocab_size=s["vocab"], d_model=s["d_model"], d_kv=s["d_model"] // s["heads"], d_ff=s["d_ff"],
+        num_layers=s["layers"], num_heads=s["heads"], feed_forward_proj=feed_forward_proj, dropout_rate=dropout,
+        decoder_start_token_id=0,
     )
     return transformers.T5ForConditionalGeneration._from_config(config, attn_implementation="sdpa")
 
 
-def _batch(seed, vocab, batch, seq, target=None):
-    g = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(2, vocab - 100, (batch, seq), generator=g)
+def _batch(s: dict, target=None):
+    """(batch, seq) random input ids below the sentinels, mask all ones; (batch, target) random labels if `target`."""
+    g = torch.Generator().manual_seed(s["seed"])
+    input_ids = torch.randint(2, s["vocab"] - 100, (s["batch"], s["seq"]), generator=g)
     out = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
     if target is not None:
-        out["labels"] = torch.randint(2, vocab, (batch, target), generator=g)
+        out["labels"] = torch.randint(2, s["vocab"], (s["batch"], target), generator=g)
     return out
 
 
-def _span_case(name: str, *, dtype: str = "fp32", chunked_lm_loss: bool = True, feed_forward_proj: str = "relu",
-               d_model: int = SPAN_SIZES["d_model"], layers: int = SPAN_SIZES["layers"],
-               heads: int = SPAN_SIZES["heads"], d_ff: int = SPAN_SIZES["d_ff"], vocab: int = SPAN_SIZES["vocab"],
-               batch: int = SPAN_SIZES["batch"], seq: int = SPAN_SIZES["seq"], target: int = SPAN_SIZES["target"],
-               device: str = "cpu", seed: int = 0) -> BenchCase:
+def _span_case(name: str, **overrides) -> BenchCase:
     """Reference `T5ForConditionalGeneration(config)` (sdpa, dropout 0.1 as T5 configures it) with random
-    weights; ours converted from it. Batch: random input ids (mask all ones) and random target labels."""
-
-    def build_pair():
-        import hf_xfmr
-
-        ref = _reference(d_model, layers, heads, d_ff, vocab, feed_forward_proj)
-        ours = hf_xfmr.from_transformers(ref)
-        ours.config.chunked_lm_loss = chunked_lm_loss
-        return ours, ref
-
-    return BenchCase(
-        name=name, build_pair=build_pair, make_batch=lambda: _batch(seed, vocab, batch, seq, target), mode="train",
-        autocast_dtype=dtype_from_name(dtype), device=device,
-        description=(f"T5ForConditionalGeneration ({feed_forward_proj}) d_model {d_model}, {layers}+{layers} layers, "
-                     f"{heads} heads, d_ff {d_ff}, vocab {vocab}; batch {batch} x {seq} inputs / {target} targets; "
-                     f"ours chunked_lm_loss={chunked_lm_loss}"),
+    weights; ours converted from it. Batch: random input ids (mask all ones) and random target labels.
+    Sizes: `SPAN_SIZES`, settings: `TRAIN_SETTINGS`, both changed by `overrides`."""
+    s = case_sizes(name, {**TRAIN_SETTINGS, **SPAN_SIZES}, overrides)
+    return converted_case(
+        name, lambda: _reference(s, s["feed_forward_proj"]), lambda: _batch(s, s["target"]), s,
+        f"T5ForConditionalGeneration ({s['feed_forward_proj']}) d_model {s['d_model']}, {s['layers']}+{s['layers']} "
+        f"layers, {s['heads']} heads, d_ff {s['d_ff']}, vocab {s['vocab']}; batch {s['batch']} x {s['seq']} inputs / "
+        f"{s['target']} targets; ours chunked_lm_loss={s['chunked_lm_loss']}",
+        chunked_lm_loss=s["chunked_lm_loss"],
     )
 
 
@@ -80,24 +72,7 @@ def t5_span_train_bf16(**kw) -> BenchCase:
 
 
 @register_case("t5-generate", tiny=GENERATE_TINY)
-def t5_generate(*, d_model: int = SPAN_SIZES["d_model"], layers: int = SPAN_SIZES["layers"],
-                heads: int = SPAN_SIZES["heads"], d_ff: int = SPAN_SIZES["d_ff"], vocab: int = SPAN_SIZES["vocab"],
-                batch: int = SPAN_SIZES["batch"], seq: int = SPAN_SIZES["seq"], target: int = 0, new_tokens: int = 64,
-                device: str = "cpu", seed: int = 0) -> BenchCase:
+def t5_generate(**overrides) -> BenchCase:
     """Greedy generation of `new_tokens` tokens (encoder once, self-attention cache, cached cross-attention
     keys/values) after a `seq`-token input, fp32."""
-    settings = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, num_beams=1)
-
-    def build_pair():
-        import hf_xfmr
-
-        ref = _reference(d_model, layers, heads, d_ff, vocab)
-        ours = hf_xfmr.from_transformers(ref)
-        return Generate(ours, **settings), Generate(ref, **settings)
-
-    return BenchCase(
-        name="t5-generate", build_pair=build_pair, make_batch=lambda: _batch(seed, vocab, batch, seq), mode="infer",
-        device=device,
-        description=(f"T5ForConditionalGeneration.generate greedy, {new_tokens} new tokens, input {batch} x {seq}; "
-                     f"d_model {d_model}, {layers}+{layers} layers, vocab {vocab}"),
-    )
+    return seq2seq_generation_case("t5-generate", "T5ForConditionalGeneration", SPAN_SIZES, overrides, _reference, _batch)
