@@ -11,8 +11,9 @@ import hf_xfmr
 
 PACKAGE = Path(hf_xfmr.__file__).parent
 ARCHITECTURES = sorted(p.name for p in (PACKAGE / "models").iterdir() if (p / "__init__.py").exists())
-SHARED = ["models/conversion.py", "models/registry.py", "models/heads.py", "models/generation.py", "models/causal_lm.py", "models/encoder.py",
-          "models/losses.py", "models/input_checks.py", "bench/harness.py", "bench/sweep.py"]
+SHARED = ["models/conversion.py", "models/registry.py", "models/heads.py", "models/generation.py",
+          "models/causal_lm.py", "models/encoder.py", "models/losses.py", "models/input_checks.py",
+          "bench/harness.py", "bench/sweep.py"]
 
 
 def imported_modules(path: Path) -> list[str]:

@@ -116,7 +116,7 @@ def additive_mask(hidden: torch.Tensor | None, dtype: torch.dtype) -> torch.Tens
 
 
 def relative_attention(q, k, v, k_r, r_w_bias, r_r_bias, mask=None, seg=None, positions=None, *, qlen: int,
-                       scale: float, dropout_p: float = 0.0, use_sdpa: bool = False, return_weights: bool = False):
+                       scale: float, dropout_p: float = 0.0, kernel=None, module=None, return_weights: bool = False):
     """Two-term relative attention (+ segment term): softmax(((q+u) k^T + shift((q+v) R^T) + ef) * scale) v.
 
     q (B, H, R, D); k, v (B, H, K, D); k_r (G, H, J, D), G in {1, 2, B}: the projected relative table,
@@ -125,6 +125,10 @@ def relative_attention(q, k, v, k_r, r_w_bias, r_r_bias, mask=None, seg=None, po
     one-hots (B, 1, K, S)) whose product is the segment term up to a per-row constant
     (`segment_query_features`): both are appended to q and k, so the term costs S extra matmul columns.
     positions (B, R): segment positions of the query rows; None = the R = L segment rows in order.
+    kernel: a padded attention kernel with the attention-interface signature (e.g. `attention.
+    sdpa_unchecked_forward`), called as kernel(module, q, k, v, scaled bias + mask, scaling=scale, dropout)
+    with the relative terms as its mask; None: the scores written out in the reference's order (the one
+    form that returns the weights).
     Returns (out (B, H, R, D), weights (B, H, R, K) or None).
     """
     batch, heads, rows, head_dim = q.shape
@@ -141,13 +145,12 @@ def relative_attention(q, k, v, k_r, r_w_bias, r_r_bias, mask=None, seg=None, po
         features, key_onehot = seg(q)
         q_w = torch.cat([q_w, features], dim=-1)  # (B, H, R, D + S)
         k = torch.cat([k, key_onehot.to(k.dtype).expand(batch, heads, klen, -1)], dim=-1)  # (B, H, K, D + S)
-    if use_sdpa and not return_weights:
+    if kernel is not None and not return_weights:
         bias = bias * scale
         if mask is not None:
             bias = bias + mask[:, None]
-        out = torch.nn.functional.scaled_dot_product_attention(q_w, k, v, attn_mask=bias, dropout_p=dropout_p,
-                                                               scale=scale)
-        return out, None
+        out, _ = kernel(module, q_w, k, v, bias, scaling=scale, dropout=dropout_p)  # (B, R, H, D)
+        return out.transpose(1, 2), None  # (B, H, R, D)
     scores = torch.matmul(q_w, k.transpose(-1, -2)).add_(bias).mul_(scale)  # (B, H, R, K)
     if mask is not None:
         scores = scores.add_(mask[:, None])

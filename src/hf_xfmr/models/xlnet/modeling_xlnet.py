@@ -51,6 +51,7 @@ from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
 
+from ...layers.attention import resolve_kernel, sdpa_unchecked_forward
 from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
 from ...layers.mlp import get_activation
@@ -107,8 +108,26 @@ class XfmrXLNetEmbeddings(nn.Module):
         self.mask_emb = nn.Parameter(torch.zeros(1, 1, config.d_model))
 
 
+@dataclass
+class XLNetKeys:
+    """What both streams of one layer attend over, computed once per layer by `XfmrXLNetRelativeAttention.keys`.
+
+    k, v: (B, H, K, D) from the memory and the content stream; k_r: (G, H, J, D) the projected relative
+    table; key_types: (B, 1, K, S) one-hot segment ids of the keys, or None; qlen: L, the segment length.
+    """
+
+    k: torch.Tensor
+    v: torch.Tensor
+    k_r: torch.Tensor
+    key_types: torch.Tensor | None
+    qlen: int
+
+
 class XfmrXLNetRelativeAttention(nn.Module):
-    """Relative multi-head attention shared by both streams (same projections, same keys/values)."""
+    """Relative multi-head attention shared by both streams (same projections, same keys/values).
+
+    A layer calls `keys` once, then the module once per stream: the content stream (all L rows) and the
+    query stream (P target rows, or all L rows mapped through a general `target_mapping`)."""
 
     def __init__(self, config):
         super().__init__()
@@ -129,18 +148,47 @@ class XfmrXLNetRelativeAttention(nn.Module):
     def heads(self, x):
         return x.view(*x.shape[:-1], self.num_heads, self.head_dim).transpose(-3, -2)  # (..., T, C) -> (..., H, T, D)
 
-    def attend(self, q, k, v, k_r, mask, query_types, key_types, positions, qlen, output_attentions):
-        """One stream: q (B, H, R, D) against the shared keys; returns ((B, R, C) before o_proj, weights)."""
+    def keys(self, h, mem, pos_emb, key_types=None) -> XLNetKeys:
+        """Keys and values of the memory (B, M, C) or None and the content stream h (B, L, C); the relative
+        table pos_emb (G, J, C) projected."""
+        cat = h if mem is None else torch.cat([mem, h], dim=1)  # (B, K, C)
+        k, v = self.heads(self.k_proj(cat)), self.heads(self.v_proj(cat))  # (B, H, K, D) each
+        return XLNetKeys(k=k, v=v, k_r=self.heads(self.r_proj(pos_emb)), key_types=key_types, qlen=h.shape[1])
+
+    def forward(self, x, keys: XLNetKeys, mask=None, *, query_types=None, positions=None, mapping=None,
+                valid=None, output_attentions=False):
+        """One stream: x (B, R, C) -> (o_proj output (B, R', C), weights (B, H, R, K) or None).
+
+        mask: (B, R, K) additive, or None. query_types: (B, R) segment ids of the query rows (with
+        `keys.key_types`). positions: (B, P) segment positions of the rows, None = the L segment rows in
+        order. mapping: (B, P, L) a general `target_mapping`: the P rows of x are spread over the L
+        positions and gathered back (the reference's route). valid: (B, P), 0 on unused target slots.
+        """
+        q = self.heads(self.q_proj(x))  # (B, H, R, D)
+        if mapping is not None:
+            q = torch.einsum("bhpd,bpl->bhld", q, mapping)  # (B, H, L, D)
+        out, weights = self.attend(q, keys, mask, query_types, positions, output_attentions)  # (B, R, C)
+        if mapping is not None:
+            out = torch.einsum("blc,bpl->bpc", out, mapping)  # (B, P, C)
+        if valid is not None:  # unused target slots (zero rows of target_mapping) read nothing
+            out = out * valid[:, :, None]
+        return self.o_proj(out), weights
+
+    def attend(self, q, keys: XLNetKeys, mask, query_types, positions, output_attentions):
+        """q (B, H, R, D) against the layer's keys; returns ((B, R, C) before o_proj, weights)."""
         seg = None
-        if key_types is not None:  # key_types: (B, 1, K, S) one-hot segment ids of the keys
+        if keys.key_types is not None:  # key_types: (B, 1, K, S) one-hot segment ids of the keys
             def seg(q_):
-                num_types = key_types.shape[-1]
+                num_types = keys.key_types.shape[-1]
                 features = segment_query_features(q_ + self.r_s_bias[:, None], self.seg_embed, query_types, num_types)
-                return features, key_types
-        implementation = self.config._attn_implementation
+                return features, keys.key_types
+        # The relative terms make a finite bias that may leave a query row without a key (the reference
+        # then spreads it evenly), so sdpa runs unchecked; XLNet's eager form is `relative_attention`'s own.
+        kernel = resolve_kernel(self.config._attn_implementation, output_attentions, finite_masks=True)
         out, weights = relative_attention(
-            q, k, v, k_r, self.r_w_bias, self.r_r_bias, mask, seg, positions, qlen=qlen, scale=self.scaling,
-            dropout_p=self.config.dropout if self.training else 0.0, use_sdpa=implementation == "sdpa",
+            q, keys.k, keys.v, keys.k_r, self.r_w_bias, self.r_r_bias, mask, seg, positions, qlen=keys.qlen,
+            scale=self.scaling, dropout_p=self.config.dropout if self.training else 0.0,
+            kernel=kernel if kernel is sdpa_unchecked_forward else None, module=self,
             return_weights=output_attentions,
         )
         return out.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1), weights  # (B, R, C)
@@ -173,30 +221,20 @@ class XfmrXLNetLayer(GradientCheckpointingLayer):
 
     def forward(self, h, g, pos_emb, mem=None, mask_h=None, mask_g=None, g_positions=None, g_mapping=None,
                 g_valid=None, token_types=None, key_types=None, output_attentions=False):
-        attn = self.attn
-        batch, qlen, _ = h.shape
-        cat = h if mem is None else torch.cat([mem, h], dim=1)  # (B, K, C)
-        k, v = attn.heads(attn.k_proj(cat)), attn.heads(attn.v_proj(cat))  # (B, H, K, D) each
-        k_r = attn.heads(attn.r_proj(pos_emb))  # (G, H, J, D)
-
-        q = attn.heads(attn.q_proj(h))  # (B, H, L, D)
-        out, w_h = attn.attend(q, k, v, k_r, mask_h, token_types, key_types, None, qlen, output_attentions)
-        new_h = self.mlp(self.attn_norm(h + self.attn_dropout(attn.o_proj(out))))  # (B, L, C)
+        """h (B, L, C) content stream, g (B, P, C) query stream or None, mem (B, M, C) or None; masks additive
+        (B, L, K) and (B, P, K); the query rows as `XfmrXLNetRelativeAttention.forward` takes them.
+        Returns (new h, new g or None, content weights, query weights or None)."""
+        keys = self.attn.keys(h, mem, pos_emb, key_types)
+        out, w_h = self.attn(h, keys, mask_h, query_types=token_types, output_attentions=output_attentions)
+        new_h = self.mlp(self.attn_norm(h + self.attn_dropout(out)))  # (B, L, C)
         if g is None:
             return new_h, None, w_h, None
-
-        q_g = attn.heads(attn.q_proj(g))  # (B, H, P, D)
-        if g_mapping is not None:  # general target_mapping: the reference's route over all L rows
-            q_g = torch.einsum("bhpd,bpl->bhld", q_g, g_mapping)  # (B, H, L, D)
-            out, w_g = attn.attend(q_g, k, v, k_r, mask_g, token_types, key_types, None, qlen, output_attentions)
-            out = torch.einsum("blc,bpl->bpc", out, g_mapping)  # (B, P, C)
-        else:
-            query_types = None if token_types is None else token_types.gather(1, g_positions)  # (B, P)
-            out, w_g = attn.attend(q_g, k, v, k_r, mask_g, query_types, key_types, g_positions, qlen,
-                                   output_attentions)
-            if g_valid is not None:  # unused target slots (zero rows of target_mapping) read nothing
-                out = out * g_valid[:, :, None]
-        new_g = self.mlp(self.attn_norm(g + self.attn_dropout(attn.o_proj(out))))  # (B, P, C)
+        query_types = token_types  # a general target_mapping: the reference's route over all L rows
+        if g_mapping is None and token_types is not None:
+            query_types = token_types.gather(1, g_positions)  # (B, P)
+        out, w_g = self.attn(g, keys, mask_g, query_types=query_types, positions=g_positions, mapping=g_mapping,
+                             valid=g_valid, output_attentions=output_attentions)
+        new_g = self.mlp(self.attn_norm(g + self.attn_dropout(out)))  # (B, P, C)
         return new_h, new_g, w_h, w_g
 
 
@@ -218,6 +256,17 @@ class XfmrXLNetPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
                 init.normal_(param, mean=0.0, std=std)
         elif isinstance(module, XfmrXLNetEmbeddings):
             init.normal_(module.mask_emb, mean=0.0, std=std)
+
+
+@dataclass
+class XLNetQueryRows:
+    """Which rows the query stream computes: `positions` (B, P) and `valid` (B, P, 0 on unused slots) for
+    one-hot targets, or a general `mapping` (B, P, L); `count` is P, None without targets."""
+
+    positions: torch.Tensor | None = None
+    valid: torch.Tensor | None = None
+    mapping: torch.Tensor | None = None
+    count: int | None = None
 
 
 def _is_one_hot_mapping(target_mapping: torch.Tensor) -> bool:
@@ -403,13 +452,7 @@ class XfmrXLNetModel(XfmrXLNetPreTrainedModel):
                                            vocab_size=config.vocab_size, type_vocab_size=None, max_positions=None)
         self._check_inputs(batch, qlen, mems, perm_mask, target_mapping, perm_ranks, target_positions,
                            attention_mask, input_mask)
-        if use_mems is None:
-            use_mems = config.use_mems_train if self.training else config.use_mems_eval
-        if use_mems and self.training and config.reuse_len and config.reuse_len >= qlen:
-            # (in eval mode a short input, e.g. a prompt, simply caches all of its positions)
-            raise ValueError(f"reuse_len={config.reuse_len} must be shorter than the training segments ({qlen} "
-                             f"tokens): only the first reuse_len positions are cached as memory. Use longer segments "
-                             f"or a smaller reuse_len (XLNet: half of the segment).")
+        use_mems = self._use_mems(use_mems, qlen)
         output_attentions = config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
         return_dict = config.return_dict if return_dict is None else return_dict
@@ -417,77 +460,98 @@ class XfmrXLNetModel(XfmrXLNetPreTrainedModel):
         h = self.embeddings.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds  # (B, L, C)
         device, dtype = h.device, h.dtype
         mlen = mems[0].shape[0] if mems is not None else 0
-        klen = mlen + qlen
-
-        pad = None
+        # masks: the query stream's rows, then who may not attend to whom in each stream
+        rows = self._query_rows(target_positions, target_mapping, dtype)
+        pad = None if input_mask is None else input_mask > 0  # (B, L) True at padding
         if attention_mask is not None:
-            pad = attention_mask == 0  # (B, L)
-        elif input_mask is not None:
-            pad = input_mask > 0
-
-        # Query-stream rows: target positions (one-hot mapping or given), or the general mapping.
-        g_positions = g_valid = g_mapping = None
-        num_predict = None
-        if target_positions is not None:
-            num_predict = target_positions.shape[1]
-            valid = target_positions >= 0
-            g_positions = target_positions.clamp(min=0)
-            g_valid = valid.to(dtype)
-        elif target_mapping is not None:
-            num_predict = target_mapping.shape[1]
-            if _is_one_hot_mapping(target_mapping):
-                g_positions = target_mapping.argmax(-1)  # (B, P)
-                g_valid = target_mapping.sum(-1).to(dtype)  # (B, P): 0 on unused slots
-            else:
-                g_mapping = target_mapping.to(dtype)
-        hidden_h, hidden_g = self._hidden_masks(batch, qlen, mlen, device, pad, perm_mask, perm_ranks, g_positions)
+            pad = attention_mask == 0
+        hidden_h, hidden_g = self._hidden_masks(batch, qlen, mlen, device, pad, perm_mask, perm_ranks, rows.positions)
         mask_h, mask_g = additive_mask(hidden_h, dtype), additive_mask(hidden_g, dtype)  # (B, L, K), (B, P, K)
-
-        key_types = None
-        if token_type_ids is not None:  # memory counts as segment 0 (as the reference)
-            if torch.compiler.is_compiling():
-                num_types = 3  # XLNet's A, B and <cls> (a data-dependent count would break the graph)
-                check_value_range("token_type_ids", token_type_ids, 0, num_types,
-                                  "Compiled, XLNet takes segment ids 0, 1 and 2 (A, B, <cls>); renumber the "
-                                  "segments or run uncompiled.", what="the compiled segment ids")
-            else:
-                num_types = int(token_type_ids.max()) + 1
-                if int(token_type_ids.min()) < 0:
-                    raise ValueError("`token_type_ids` must be non-negative segment ids.")
-            types = token_type_ids if mlen == 0 else torch.cat(
-                [token_type_ids.new_zeros(batch, mlen), token_type_ids], dim=1)  # (B, K)
-            key_types = nn.functional.one_hot(types, num_types).to(dtype)[:, None]  # (B, 1, K, S)
-
-        pos_emb = self._relative_table(qlen, klen, device, dtype)  # (G, J, C)
+        key_types = self._key_types(token_type_ids, batch, mlen, dtype)  # (B, 1, K, S) or None
+        # positions: the relative table, then the two streams' inputs (dropout in this order)
+        pos_emb = self._relative_table(qlen, mlen + qlen, device, dtype)  # (G, J, C)
         h = self.dropout(h)
         g = None
-        if num_predict is not None:
-            g = self.dropout(self.embeddings.mask_emb.to(dtype).expand(batch, num_predict, -1))  # (B, P, C)
+        if rows.count is not None:
+            g = self.dropout(self.embeddings.mask_emb.to(dtype).expand(batch, rows.count, -1))  # (B, P, C)
+        layer_inputs = dict(mask_h=mask_h, mask_g=mask_g, g_positions=rows.positions, g_mapping=rows.mapping,
+                            g_valid=rows.valid, token_types=token_type_ids, key_types=key_types,
+                            output_attentions=output_attentions)
+        h, g, new_mems, all_hidden, all_attn = self._run_layers(h, g, pos_emb, mems, use_mems, layer_inputs,
+                                                                output_hidden_states)
+        output = XfmrXLNetModelOutput(
+            last_hidden_state=self.dropout(g if g is not None else h), mems=new_mems,
+            hidden_states=tuple(all_hidden) if output_hidden_states else None,
+            attentions=tuple(all_attn) if output_attentions else None,
+        )
+        return output if return_dict else output.to_tuple()
 
+    # -- forward, step by step -----------------------------------------------------------------------
+    def _use_mems(self, use_mems, qlen: int) -> bool:
+        """Whether this forward returns memory (the config's train / eval default when not given)."""
+        config = self.config
+        if use_mems is None:
+            use_mems = config.use_mems_train if self.training else config.use_mems_eval
+        if use_mems and self.training and config.reuse_len and config.reuse_len >= qlen:
+            # (in eval mode a short input, e.g. a prompt, simply caches all of its positions)
+            raise ValueError(f"reuse_len={config.reuse_len} must be shorter than the training segments ({qlen} "
+                             f"tokens): only the first reuse_len positions are cached as memory. Use longer segments "
+                             f"or a smaller reuse_len (XLNet: half of the segment).")
+        return use_mems
+
+    @staticmethod
+    def _query_rows(target_positions, target_mapping, dtype) -> "XLNetQueryRows":
+        """The query stream's rows: target positions (given, or read from a one-hot mapping), or a general
+        mapping; none without targets."""
+        if target_positions is not None:
+            return XLNetQueryRows(positions=target_positions.clamp(min=0), valid=(target_positions >= 0).to(dtype),
+                                  count=target_positions.shape[1])
+        if target_mapping is None:
+            return XLNetQueryRows()
+        if _is_one_hot_mapping(target_mapping):
+            return XLNetQueryRows(positions=target_mapping.argmax(-1),  # (B, P)
+                                  valid=target_mapping.sum(-1).to(dtype),  # (B, P): 0 on unused slots
+                                  count=target_mapping.shape[1])
+        return XLNetQueryRows(mapping=target_mapping.to(dtype), count=target_mapping.shape[1])
+
+    @staticmethod
+    def _key_types(token_type_ids, batch: int, mlen: int, dtype):
+        """(B, 1, K, S) one-hot segment ids of the keys, memory counting as segment 0 (as the reference);
+        None without `token_type_ids`."""
+        if token_type_ids is None:
+            return None
+        if torch.compiler.is_compiling():
+            num_types = 3  # XLNet's A, B and <cls> (a data-dependent count would break the graph)
+            check_value_range("token_type_ids", token_type_ids, 0, num_types,
+                              "Compiled, XLNet takes segment ids 0, 1 and 2 (A, B, <cls>); renumber the "
+                              "segments or run uncompiled.", what="the compiled segment ids")
+        else:
+            num_types = int(token_type_ids.max()) + 1
+            if int(token_type_ids.min()) < 0:
+                raise ValueError("`token_type_ids` must be non-negative segment ids.")
+        types = token_type_ids if mlen == 0 else torch.cat(
+            [token_type_ids.new_zeros(batch, mlen), token_type_ids], dim=1)  # (B, K)
+        return nn.functional.one_hot(types, num_types).to(dtype)[:, None]  # (B, 1, K, S)
+
+    def _run_layers(self, h, g, pos_emb, mems, use_mems: bool, layer_inputs: dict, output_hidden_states: bool):
+        """Both streams through every layer, caching each layer's input as memory.
+        Returns (h, g, new mems or None, hidden states list or None, attention weights list or None)."""
         new_mems = () if use_mems else None
         all_hidden = [] if output_hidden_states else None
-        all_attn = [] if output_attentions else None
+        all_attn = [] if layer_inputs["output_attentions"] else None
         for i, layer in enumerate(self.layers):
             mem = None if mems is None else mems[i]
             if use_mems:
                 new_mems += (self._cache(h, mem),)
             if output_hidden_states:
                 all_hidden.extend((h, g) if g is not None else (h,))
-            h, g, w_h, w_g = layer(
-                h, g, pos_emb, mem=None if mem is None else mem.transpose(0, 1).to(dtype), mask_h=mask_h, mask_g=mask_g, g_positions=g_positions, g_mapping=g_mapping, g_valid=g_valid,
-                token_types=token_type_ids, key_types=key_types, output_attentions=output_attentions,
-            )
-            if output_attentions:
+            mem = None if mem is None else mem.transpose(0, 1).to(h.dtype)  # (B, M, C)
+            h, g, w_h, w_g = layer(h, g, pos_emb, mem=mem, **layer_inputs)
+            if all_attn is not None:
                 all_attn.append((w_h, w_g) if g is not None else w_h)
         if output_hidden_states:
             all_hidden.extend((h, g) if g is not None else (h,))
-        out = self.dropout(g if g is not None else h)
-        output = XfmrXLNetModelOutput(
-            last_hidden_state=out, mems=new_mems,
-            hidden_states=tuple(all_hidden) if output_hidden_states else None,
-            attentions=tuple(all_attn) if output_attentions else None,
-        )
-        return output if return_dict else output.to_tuple()
+        return h, g, new_mems, all_hidden, all_attn
 
 
 # -- heads (shared machinery in models/heads.py) -----------------------------------------------------
