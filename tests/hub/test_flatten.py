@@ -248,6 +248,23 @@ def test_global_refs_respect_python_scopes():
     assert set(refs) == {"DEFAULT", "GLOBAL", "OTHER", "ITEMS"}
 
 
+def test_a_class_body_reads_the_module_name_until_it_binds_its_own():
+    import ast
+
+    tree = ast.parse(textwrap.dedent('''
+        class Embeddings:
+            position_ids = staticmethod(position_ids)  # the module-level function, then a class attribute
+            size = SIZE
+            double = size * 2  # the class's own `size`
+
+            def forward(self):
+                return self.position_ids() + size  # a method does not see class names: the module's
+    '''))
+    refs = global_refs(tree.body[0])
+    assert set(refs) == {"position_ids", "staticmethod", "SIZE", "size"}
+    assert [n.lineno for n in refs["position_ids"]] == [3] and [n.lineno for n in refs["size"]] == [8]
+
+
 @pytest.mark.parametrize("arch", architectures(), ids=lambda a: a.name)
 def test_every_architecture_generates_flat_code(arch):
     code = generate_remote_code(arch)

@@ -115,15 +115,19 @@ class _GlobalRefs(ast.NodeVisitor):
     def __init__(self):
         self.refs: dict[str, list[ast.Name]] = defaultdict(list)
         self.scopes: list[set[str]] = []  # locals of the enclosing functions, innermost last
-        self.class_locals: set[str] | None = None  # names bound by the class body we are directly in
+        self.class_locals: set[str] | None = None  # names the class body we are directly in has bound so far
 
-    def _is_global(self, name: str) -> bool:
-        if any(name in scope for scope in self.scopes):
+    def _is_global(self, node: ast.Name) -> bool:
+        if any(node.id in scope for scope in self.scopes):
             return False
-        return self.class_locals is None or name not in self.class_locals
+        if self.class_locals is None:
+            return True
+        # A class body binds its names in order: until a name is bound there (and on the right of its own
+        # binding, `f = staticmethod(f)`) reading it reads the module-level name.
+        return isinstance(node.ctx, ast.Load) and node.id not in self.class_locals
 
     def visit_Name(self, node):
-        if self._is_global(node.id):
+        if self._is_global(node):
             self.refs[node.id].append(node)
 
     def _visit_function_scope(self, args, body):
@@ -161,9 +165,10 @@ class _GlobalRefs(ast.NodeVisitor):
     def visit_ClassDef(self, node):
         for expr in [*node.decorator_list, *node.bases, *(k.value for k in node.keywords)]:
             self.visit(expr)
-        saved, self.class_locals = self.class_locals, _bound_names(node.body)
+        saved, self.class_locals = self.class_locals, set()
         for stmt in node.body:
             self.visit(stmt)
+            self.class_locals |= _bound_names([stmt])
         self.class_locals = saved
 
     def _visit_comprehension(self, node, parts):
