@@ -1,6 +1,6 @@
 """The architectures, one package each. Importing this package imports every architecture, and each
-registers itself (`registry.register_architecture`: the Auto classes; `conversion.register_conversion`:
-the transformers converters). Adding an architecture = its package + one line below."""
+registers itself in one statement (`registry.register_from_conversion`: the Auto classes and the
+transformers converter). Adding an architecture = its package + one line below."""
 
 from . import albert, bart, bert, distilbert, gpt, modernbert, roberta, t5, xlnet  # noqa: F401  (each registers itself on import)
 from .registry import Architecture, architectures, get_architecture, supported_tasks

@@ -72,6 +72,53 @@ def transpose(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.t() if tensor.dim() == 2 else tensor
 
 
+# The heads of a BERT-like encoder, in the order users see them (BERT and ALBERT add "pretraining").
+ENCODER_TASKS = ("base", "masked-lm", "sequence-classification", "token-classification", "question-answering",
+                 "multiple-choice")
+
+# The ending a task's class names share on both sides: transformers' `BertForMaskedLM`, our `XfmrBertForMaskedLM`.
+TASK_CLASS_SUFFIXES = {
+    "base": "Model",
+    "pretraining": "ForPreTraining",
+    "masked-lm": "ForMaskedLM",
+    "causal-lm": "ForCausalLM",
+    "seq2seq-lm": "ForConditionalGeneration",
+    "encoder": "EncoderModel",
+    "sequence-classification": "ForSequenceClassification",
+    "token-classification": "ForTokenClassification",
+    "question-answering": "ForQuestionAnswering",
+    "multiple-choice": "ForMultipleChoice",
+}
+
+
+def task_classes(module, tasks, *, ours: str, theirs: str | None = None, suffixes: dict | None = None,
+                 hf_names: dict | None = None) -> dict:
+    """A `Conversion.tasks` table, task -> (transformers class name, our class), for `tasks` in their order.
+
+    Class names follow one convention: ours is `Xfmr{ours}{suffix}`, looked up in `module` (the architecture's
+    modeling module), and transformers' is `{theirs}{suffix}` (`theirs` defaults to `ours`), with the suffix
+    of `TASK_CLASS_SUFFIXES`.
+    `suffixes` gives a task another suffix on both sides (XLNet's causal LM is `LMHeadModel`), `hf_names`
+    another transformers name only (GPT-2's causal LM is `GPT2LMHeadModel`, ours `XfmrGPTForCausalLM`).
+    """
+    suffixes = {**TASK_CLASS_SUFFIXES, **(suffixes or {})}
+    theirs = ours if theirs is None else theirs
+    table = {}
+    for task in tasks:
+        our_name = f"Xfmr{ours}{suffixes[task]}"
+        our_class = getattr(module, our_name, None)
+        if our_class is None:
+            raise AttributeError(f"{module.__name__} defines no {our_name}, the class of task {task!r}.")
+        table[task] = ((hf_names or {}).get(task, f"{theirs}{suffixes[task]}"), our_class)
+    return table
+
+
+def pooler_init_kwargs(base_model) -> dict:
+    """`Conversion.base_init_kwargs` of encoders with an optional pooler: both sides' base models have a
+    `pooler` attribute that is None when built without one, and take `add_pooling_layer`."""
+    return {"add_pooling_layer": base_model.pooler is not None}
+
+
 @dataclass(frozen=True)
 class Conversion:
     """How one transformers architecture maps onto ours.
@@ -88,14 +135,16 @@ class Conversion:
     layout differs (transposed, fused or split tensors) before any renaming. `config_extras` names
     fields of our config that transformers' config class does not declare but its models read when
     set (e.g. `classifier_dropout` on GPT-2): they are copied as plain attributes both ways.
+    `tasks` is best built with `task_classes`. The two config classes follow from the rest unless given:
+    transformers' is the one of `hf_model_type`, ours the one of our model classes.
     """
 
     hf_model_type: str
-    hf_config_class: type
-    config_class: type
     tasks: dict  # task -> (transformers class name, our class)
     hf_base_prefix: str
     body_rules: tuple
+    hf_config_class: type | None = None  # default: transformers.CONFIG_MAPPING[hf_model_type]
+    config_class: type | None = None  # default: the `config_class` of our model classes
     head_rules: tuple = ()
     task_head_rules: dict = field(default_factory=dict)
     aliases: dict = field(default_factory=dict)
@@ -105,6 +154,16 @@ class Conversion:
     base_init_kwargs: Callable | None = None
     tensor_rules: tuple = ()  # TensorRule entries for base-model parameters
     config_extras: tuple = ()
+
+    def __post_init__(self):
+        if self.hf_config_class is None:
+            object.__setattr__(self, "hf_config_class", transformers.CONFIG_MAPPING[self.hf_model_type])
+        if self.config_class is None:
+            config_classes = {our_class.config_class for _, our_class in self.tasks.values()}
+            if len(config_classes) != 1:
+                raise ValueError(f"{self.hf_model_type}: the model classes of `tasks` must share one config class "
+                                 f"(or pass `config_class`); found {sorted(c.__name__ for c in config_classes)}.")
+            object.__setattr__(self, "config_class", config_classes.pop())
 
     def config_from_model(self, source_model) -> PretrainedConfig:
         """Our config for a transformers model instance. By default from its config alone; an architecture
@@ -128,19 +187,26 @@ class Conversion:
     def config_from_transformers(self, hf_config) -> PretrainedConfig:
         if self.check_hf_config is not None:
             self.check_hf_config(hf_config)
-        shared = self._arch_fields(self.config_class) & self._arch_fields(type(hf_config))
-        kwargs = {name: getattr(hf_config, name) for name in shared}
-        kwargs.update({name: getattr(hf_config, name) for name in TASK_CONFIG_FIELDS})
-        kwargs.update({name: getattr(hf_config, name) for name in self.config_extras if hasattr(hf_config, name)})
-        return self.config_class(**kwargs)
+        return self.config_class(**self.config_kwargs_from_transformers(hf_config))
 
     def config_to_transformers(self, config) -> PretrainedConfig:
+        return self.hf_config_class(**self.config_kwargs_to_transformers(config))
+
+    def config_kwargs_from_transformers(self, hf_config) -> dict:
+        """Our config's keyword arguments for a transformers config: the fields both declare, the task fields
+        and `config_extras`. An architecture whose fields differ in kind (ModernBERT) adds its own."""
+        shared = self._arch_fields(self.config_class) & self._arch_fields(type(hf_config))
+        kwargs = {name: getattr(hf_config, name) for name in (*shared, *TASK_CONFIG_FIELDS)}
+        kwargs.update({name: getattr(hf_config, name) for name in self.config_extras if hasattr(hf_config, name)})
+        return kwargs
+
+    def config_kwargs_to_transformers(self, config) -> dict:
+        """transformers' config keyword arguments for ours: the inverse of `config_kwargs_from_transformers`."""
         shared = self._arch_fields(self.config_class) & self._arch_fields(self.hf_config_class)
-        kwargs = {name: getattr(config, name) for name in shared}
-        kwargs.update({name: getattr(config, name) for name in TASK_CONFIG_FIELDS})
+        kwargs = {name: getattr(config, name) for name in (*shared, *TASK_CONFIG_FIELDS)}
         kwargs.update({name: getattr(config, name) for name in self.config_extras
                        if getattr(config, name, None) is not None})
-        return self.hf_config_class(**kwargs)
+        return kwargs
 
     # -- state dicts -----------------------------------------------------------------------------
     def _rename(self, key: str, rules, to_hf: bool) -> str | None:

@@ -4,13 +4,15 @@ An architecture is one `Architecture` record: its `--arch` name, its config clas
 by task, and the pretraining objectives it trains with. Registering it also registers the config and
 every model class with the matching transformers Auto class, under our own `xfmr-*` model type, so
 built-in mappings are never touched. This module imports no architecture; `hf_xfmr.models` imports
-each architecture package, and each package calls `register_architecture`.
+each architecture package, and each package registers itself in one statement, `register_from_conversion`.
 """
 
 from dataclasses import dataclass, field
 from typing import Mapping
 
 import transformers
+
+from .conversion import Conversion, register_conversion
 
 # Every task a model class can serve, with the transformers Auto class that loads it (None: none does,
 # e.g. T5's encoder-only model). The order is the one shown to users.
@@ -103,6 +105,26 @@ def register_architecture(arch: Architecture) -> Architecture:
             continue
         getattr(transformers, auto_name).register(arch.config_class, model_class, exist_ok=True)
         registered.add((auto_name, model_class))
+    return arch
+
+
+def register_from_conversion(name: str, conversion: Conversion, objectives: tuple = ()) -> Architecture:
+    """Register an architecture package in one statement, from its `Conversion` (the one table of its config
+    and model classes by task): its `Architecture` with the Auto classes (`register_architecture`), and the
+    conversion with `from_transformers` / `to_transformers` (`conversion.register_conversion`).
+
+    Args:
+        name: the `--arch` name.
+        conversion: the package's `convert_<arch>.CONVERSION`.
+        objectives: the pretraining objectives it supports (keys of `OBJECTIVES`), the default first.
+    """
+    arch = register_architecture(Architecture(
+        name=name,
+        config_class=conversion.config_class,
+        classes={task: cls for task, (_, cls) in conversion.tasks.items()},
+        objectives=tuple(objectives),
+    ))
+    register_conversion(conversion)
     return arch
 
 

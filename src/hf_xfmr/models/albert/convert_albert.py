@@ -1,18 +1,7 @@
 """ALBERT <-> transformers `Albert*`: the only place that knows transformers' ALBERT key layout."""
 
-from transformers import AlbertConfig
-
-from ..conversion import Conversion
-from .configuration_albert import XfmrAlbertConfig
-from .modeling_albert import (
-    XfmrAlbertForMaskedLM,
-    XfmrAlbertForMultipleChoice,
-    XfmrAlbertForPreTraining,
-    XfmrAlbertForQuestionAnswering,
-    XfmrAlbertForSequenceClassification,
-    XfmrAlbertForTokenClassification,
-    XfmrAlbertModel,
-)
+from ..conversion import ENCODER_TASKS, Conversion, pooler_init_kwargs, task_classes
+from . import modeling_albert
 
 # (ours, transformers) key prefixes inside the encoder; {i} is the group, {j} the layer inside it.
 _LAYER = "layer_groups.{i}.layers.{j}."
@@ -51,29 +40,14 @@ def check_hf_config(config) -> None:
         )
 
 
-def pooler_kwargs(base_model) -> dict:
-    """Both sides' base models have a `pooler` attribute that is None when built without one."""
-    return {"add_pooling_layer": base_model.pooler is not None}
-
-
 CONVERSION = Conversion(
     hf_model_type="albert",
-    hf_config_class=AlbertConfig,
-    config_class=XfmrAlbertConfig,
-    tasks={
-        "base": ("AlbertModel", XfmrAlbertModel),
-        "pretraining": ("AlbertForPreTraining", XfmrAlbertForPreTraining),
-        "masked-lm": ("AlbertForMaskedLM", XfmrAlbertForMaskedLM),
-        "sequence-classification": ("AlbertForSequenceClassification", XfmrAlbertForSequenceClassification),
-        "token-classification": ("AlbertForTokenClassification", XfmrAlbertForTokenClassification),
-        "question-answering": ("AlbertForQuestionAnswering", XfmrAlbertForQuestionAnswering),
-        "multiple-choice": ("AlbertForMultipleChoice", XfmrAlbertForMultipleChoice),
-    },
+    tasks=task_classes(modeling_albert, ("base", "pretraining", *ENCODER_TASKS[1:]), ours="Albert"),
     hf_base_prefix="albert",
     body_rules=ENCODER_RULES,
     head_rules=HEAD_RULES,
     # transformers keeps the MLM output bias twice: `predictions.bias` is `predictions.decoder.bias`.
     aliases={"predictions.bias": "predictions.decoder.bias"},
     check_hf_config=check_hf_config,
-    base_init_kwargs=pooler_kwargs,
+    base_init_kwargs=pooler_init_kwargs,
 )

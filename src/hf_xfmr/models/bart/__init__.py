@@ -1,18 +1,11 @@
 """BART (xfmr-bart): the denoising encoder-decoder, with cached generation."""
 
-from ..conversion import register_conversion
-from ..registry import Architecture, register_architecture
+from ..registry import register_from_conversion
 from .configuration_bart import XfmrBartConfig
 from .convert_bart import CONVERSION
 from .modeling_bart import *  # noqa: F403
 from .modeling_bart import __all__ as _modeling_all
 
-ARCHITECTURE = register_architecture(Architecture(
-    name="bart",
-    config_class=XfmrBartConfig,
-    classes={task: cls for task, (_, cls) in CONVERSION.tasks.items()},
-    objectives=("text-infilling",),
-))
-register_conversion(CONVERSION)
+ARCHITECTURE = register_from_conversion("bart", CONVERSION, objectives=("text-infilling",))
 
 __all__ = ["XfmrBartConfig", *_modeling_all]

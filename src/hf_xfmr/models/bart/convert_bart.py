@@ -9,17 +9,8 @@ and the norms after the sub-layer they follow (`self_attn_layer_norm`, `encoder_
 is `classification_head` (ours: `classifier`); `final_logits_bias` is a buffer on both sides.
 """
 
-from transformers import BartConfig
-
-from ..conversion import Conversion
-from .configuration_bart import XfmrBartConfig
-from .modeling_bart import (
-    XfmrBartForCausalLM,
-    XfmrBartForConditionalGeneration,
-    XfmrBartForQuestionAnswering,
-    XfmrBartForSequenceClassification,
-    XfmrBartModel,
-)
+from ..conversion import Conversion, task_classes
+from . import modeling_bart
 
 _LAYER = (
     ("attn.q_proj.", "self_attn.q_proj."),
@@ -77,15 +68,8 @@ class BartConversion(Conversion):
 
 CONVERSION = BartConversion(
     hf_model_type="bart",
-    hf_config_class=BartConfig,
-    config_class=XfmrBartConfig,
-    tasks={
-        "base": ("BartModel", XfmrBartModel),
-        "seq2seq-lm": ("BartForConditionalGeneration", XfmrBartForConditionalGeneration),
-        "sequence-classification": ("BartForSequenceClassification", XfmrBartForSequenceClassification),
-        "question-answering": ("BartForQuestionAnswering", XfmrBartForQuestionAnswering),
-        "causal-lm": ("BartForCausalLM", XfmrBartForCausalLM),
-    },
+    tasks=task_classes(modeling_bart, ("base", "seq2seq-lm", "sequence-classification", "question-answering",
+                                       "causal-lm"), ours="Bart"),
     hf_base_prefix="model",
     body_rules=BODY_RULES,
     head_rules=HEAD_RULES,

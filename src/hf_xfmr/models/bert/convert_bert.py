@@ -1,18 +1,7 @@
 """BERT <-> transformers `Bert*`: the only place that knows transformers' BERT key layout."""
 
-from transformers import BertConfig
-
-from ..conversion import Conversion
-from .configuration_bert import XfmrBertConfig
-from .modeling_bert import (
-    XfmrBertForMaskedLM,
-    XfmrBertForMultipleChoice,
-    XfmrBertForPreTraining,
-    XfmrBertForQuestionAnswering,
-    XfmrBertForSequenceClassification,
-    XfmrBertForTokenClassification,
-    XfmrBertModel,
-)
+from ..conversion import ENCODER_TASKS, Conversion, pooler_init_kwargs, task_classes
+from . import modeling_bert
 
 # (ours, transformers) key prefixes inside the encoder.
 ENCODER_RULES = (
@@ -28,6 +17,9 @@ ENCODER_RULES = (
     ("layers.{i}.mlp_norm.", "encoder.layer.{i}.output.LayerNorm."),
     ("pooler.dense.", "pooler.dense."),
 )
+
+# The encoder's heads, and pretraining: MLM + next-sentence prediction.
+TASKS = ("base", "pretraining", *ENCODER_TASKS[1:])
 
 HEAD_RULES = (
     ("lm_head.dense.", "cls.predictions.transform.dense."),
@@ -47,28 +39,13 @@ def check_hf_config(config) -> None:
         raise ValueError(f"position_embedding_type={position_type!r} is not supported; only 'absolute'.")
 
 
-def pooler_kwargs(base_model) -> dict:
-    """Both sides' base models have a `pooler` attribute that is None when built without one."""
-    return {"add_pooling_layer": base_model.pooler is not None}
-
-
 CONVERSION = Conversion(
     hf_model_type="bert",
-    hf_config_class=BertConfig,
-    config_class=XfmrBertConfig,
-    tasks={
-        "base": ("BertModel", XfmrBertModel),
-        "pretraining": ("BertForPreTraining", XfmrBertForPreTraining),
-        "masked-lm": ("BertForMaskedLM", XfmrBertForMaskedLM),
-        "sequence-classification": ("BertForSequenceClassification", XfmrBertForSequenceClassification),
-        "token-classification": ("BertForTokenClassification", XfmrBertForTokenClassification),
-        "question-answering": ("BertForQuestionAnswering", XfmrBertForQuestionAnswering),
-        "multiple-choice": ("BertForMultipleChoice", XfmrBertForMultipleChoice),
-    },
+    tasks=task_classes(modeling_bert, TASKS, ours="Bert"),
     hf_base_prefix="bert",
     body_rules=ENCODER_RULES,
     head_rules=HEAD_RULES,
     aliases={"cls.predictions.bias": "cls.predictions.decoder.bias"},
     check_hf_config=check_hf_config,
-    base_init_kwargs=pooler_kwargs,
+    base_init_kwargs=pooler_init_kwargs,
 )

@@ -29,13 +29,8 @@ class XfmrDistilBertConfig(XfmrPretrainedConfig):
         seq_classif_dropout: dropout inside the sequence-classification / multiple-choice head.
         pad_token_id / bos_token_id / eos_token_id: special token ids (None = absent).
         tie_word_embeddings: share the input embedding matrix with the MLM decoder.
-        sparse_prediction: in training mode with labels, the MLM head projects only the labelled positions
-            (!= -100) onto the vocabulary. The loss is identical; `logits` then has shape (N_labelled, V).
-        unpad_inputs: run right-padded batches on their real tokens only (every head, training and
-            inference). Outputs at real positions are unchanged; hidden states at padding positions are
-            zeros, and question answering gives padding positions the lowest start/end logits (its loss
-            then covers real tokens only). False runs the padded layout, the reference's exact outputs
-            everywhere (QA loss included).
+        sparse_prediction / unpad_inputs: BERT's options (`XfmrBertConfig`): the MLM head projects only the
+            labelled positions in training; right-padded batches run on their real tokens only.
     """
 
     model_type = "xfmr-distilbert"

@@ -1,17 +1,7 @@
 """DistilBERT <-> transformers `DistilBert*`: the only place that knows transformers' DistilBERT key layout."""
 
-from transformers import DistilBertConfig
-
-from ..conversion import Conversion
-from .configuration_distilbert import XfmrDistilBertConfig
-from .modeling_distilbert import (
-    XfmrDistilBertForMaskedLM,
-    XfmrDistilBertForMultipleChoice,
-    XfmrDistilBertForQuestionAnswering,
-    XfmrDistilBertForSequenceClassification,
-    XfmrDistilBertForTokenClassification,
-    XfmrDistilBertModel,
-)
+from ..conversion import ENCODER_TASKS, Conversion, task_classes
+from . import modeling_distilbert
 
 # (ours, transformers) key prefixes inside the encoder.
 ENCODER_RULES = (
@@ -45,16 +35,7 @@ _TWO_LAYER_CLASSIFIER = (
 
 CONVERSION = Conversion(
     hf_model_type="distilbert",
-    hf_config_class=DistilBertConfig,
-    config_class=XfmrDistilBertConfig,
-    tasks={
-        "base": ("DistilBertModel", XfmrDistilBertModel),
-        "masked-lm": ("DistilBertForMaskedLM", XfmrDistilBertForMaskedLM),
-        "sequence-classification": ("DistilBertForSequenceClassification", XfmrDistilBertForSequenceClassification),
-        "token-classification": ("DistilBertForTokenClassification", XfmrDistilBertForTokenClassification),
-        "question-answering": ("DistilBertForQuestionAnswering", XfmrDistilBertForQuestionAnswering),
-        "multiple-choice": ("DistilBertForMultipleChoice", XfmrDistilBertForMultipleChoice),
-    },
+    tasks=task_classes(modeling_distilbert, ENCODER_TASKS, ours="DistilBert"),
     hf_base_prefix="distilbert",
     body_rules=ENCODER_RULES,
     head_rules=HEAD_RULES,

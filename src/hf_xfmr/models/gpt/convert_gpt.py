@@ -6,17 +6,9 @@ rules below transpose, split and concatenate them; every other key is only renam
 """
 
 import torch
-from transformers import GPT2Config
 
-from ..conversion import Conversion, TensorRule, transpose
-from .configuration_gpt import XfmrGPTConfig
-from .modeling_gpt import (
-    XfmrGPTForCausalLM,
-    XfmrGPTForQuestionAnswering,
-    XfmrGPTForSequenceClassification,
-    XfmrGPTForTokenClassification,
-    XfmrGPTModel,
-)
+from ..conversion import Conversion, TensorRule, task_classes, transpose
+from . import modeling_gpt
 
 
 def fuse_qkv(q, k, v):
@@ -79,15 +71,9 @@ def check_hf_config(config) -> None:
 
 CONVERSION = Conversion(
     hf_model_type="gpt2",
-    hf_config_class=GPT2Config,
-    config_class=XfmrGPTConfig,
-    tasks={
-        "base": ("GPT2Model", XfmrGPTModel),
-        "causal-lm": ("GPT2LMHeadModel", XfmrGPTForCausalLM),
-        "sequence-classification": ("GPT2ForSequenceClassification", XfmrGPTForSequenceClassification),
-        "token-classification": ("GPT2ForTokenClassification", XfmrGPTForTokenClassification),
-        "question-answering": ("GPT2ForQuestionAnswering", XfmrGPTForQuestionAnswering),
-    },
+    tasks=task_classes(modeling_gpt, ("base", "causal-lm", "sequence-classification", "token-classification",
+                                      "question-answering"),
+                       ours="GPT", theirs="GPT2", hf_names={"causal-lm": "GPT2LMHeadModel"}),
     hf_base_prefix="transformer",
     body_rules=BODY_RULES,
     head_rules=HEAD_RULES,

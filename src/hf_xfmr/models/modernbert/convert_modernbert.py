@@ -8,18 +8,9 @@ Besides renaming keys, configs translate between our three scalars (`global_attn
 from dataclasses import dataclass
 
 import torch
-from transformers import ModernBertConfig
 
-from ..conversion import TASK_CONFIG_FIELDS, Conversion, TensorRule
-from .configuration_modernbert import XfmrModernBertConfig
-from .modeling_modernbert import (
-    XfmrModernBertForMaskedLM,
-    XfmrModernBertForMultipleChoice,
-    XfmrModernBertForQuestionAnswering,
-    XfmrModernBertForSequenceClassification,
-    XfmrModernBertForTokenClassification,
-    XfmrModernBertModel,
-)
+from ..conversion import ENCODER_TASKS, Conversion, TensorRule, task_classes
+from . import modeling_modernbert
 
 # (ours, transformers) key prefixes inside the encoder.
 ENCODER_RULES = (
@@ -92,44 +83,37 @@ def _theta(hf_config, kind) -> float:
     return float(params["rope_theta"])
 
 
+def check_hf_config(hf_config) -> None:
+    if hf_config.local_attention % 2:
+        raise ValueError(f"local_attention={hf_config.local_attention} is odd; ModernBERT windows are even.")
+
+
 @dataclass(frozen=True)
 class ModernBertConversion(Conversion):
-    def config_from_transformers(self, hf_config):
-        if hf_config.local_attention % 2:
-            raise ValueError(f"local_attention={hf_config.local_attention} is odd; ModernBERT windows are even.")
-        shared = self._arch_fields(self.config_class) & self._arch_fields(type(hf_config))
-        kwargs = {name: getattr(hf_config, name) for name in shared}
-        kwargs.update({name: getattr(hf_config, name) for name in TASK_CONFIG_FIELDS})
+    """The generic `Conversion` plus the translation between our three layer-pattern / RoPE scalars and
+    transformers' `layer_types` and `rope_parameters` (see the module docstring)."""
+
+    def config_kwargs_from_transformers(self, hf_config):
+        kwargs = super().config_kwargs_from_transformers(hf_config)
         kwargs.update(global_attn_every_n_layers=_every_n(hf_config.layer_types),
                       global_rope_theta=_theta(hf_config, GLOBAL), local_rope_theta=_theta(hf_config, LOCAL))
-        return self.config_class(**kwargs)
+        return kwargs
 
-    def config_to_transformers(self, config):
-        shared = self._arch_fields(self.config_class) & self._arch_fields(self.hf_config_class)
-        kwargs = {name: getattr(config, name) for name in shared}
-        kwargs.update({name: getattr(config, name) for name in TASK_CONFIG_FIELDS})
+    def config_kwargs_to_transformers(self, config):
+        kwargs = super().config_kwargs_to_transformers(config)
         kwargs["layer_types"] = [GLOBAL if config.is_global_layer(i) else LOCAL
                                  for i in range(config.num_hidden_layers)]
         kwargs["rope_parameters"] = {GLOBAL: {"rope_type": "default", "rope_theta": config.global_rope_theta},
                                      LOCAL: {"rope_type": "default", "rope_theta": config.local_rope_theta}}
-        return self.hf_config_class(**kwargs)
-
+        return kwargs
 
 CONVERSION = ModernBertConversion(
     hf_model_type="modernbert",
-    hf_config_class=ModernBertConfig,
-    config_class=XfmrModernBertConfig,
-    tasks={
-        "base": ("ModernBertModel", XfmrModernBertModel),
-        "masked-lm": ("ModernBertForMaskedLM", XfmrModernBertForMaskedLM),
-        "sequence-classification": ("ModernBertForSequenceClassification", XfmrModernBertForSequenceClassification),
-        "token-classification": ("ModernBertForTokenClassification", XfmrModernBertForTokenClassification),
-        "question-answering": ("ModernBertForQuestionAnswering", XfmrModernBertForQuestionAnswering),
-        "multiple-choice": ("ModernBertForMultipleChoice", XfmrModernBertForMultipleChoice),
-    },
+    tasks=task_classes(modeling_modernbert, ENCODER_TASKS, ours="ModernBert"),
     hf_base_prefix="model",
     body_rules=ENCODER_RULES,
     head_rules=HEAD_RULES,
     task_head_rules=TASK_HEAD_RULES,
     tensor_rules=TENSOR_RULES,
+    check_hf_config=check_hf_config,
 )

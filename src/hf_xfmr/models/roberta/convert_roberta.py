@@ -1,18 +1,10 @@
 """RoBERTa <-> transformers `Roberta*`: the only place that knows transformers' RoBERTa key layout."""
 
-from transformers import RobertaConfig
+import dataclasses
 
-from .configuration_roberta import XfmrRobertaConfig
-from ..bert.convert_bert import ENCODER_RULES, check_hf_config, pooler_kwargs
-from ..conversion import Conversion
-from .modeling_roberta import (
-    XfmrRobertaForMaskedLM,
-    XfmrRobertaForMultipleChoice,
-    XfmrRobertaForQuestionAnswering,
-    XfmrRobertaForSequenceClassification,
-    XfmrRobertaForTokenClassification,
-    XfmrRobertaModel,
-)
+from ..bert.convert_bert import CONVERSION as BERT_CONVERSION
+from ..conversion import ENCODER_TASKS, task_classes
+from . import modeling_roberta
 
 HEAD_RULES = (
     ("lm_head.dense.", "lm_head.dense."),
@@ -22,22 +14,14 @@ HEAD_RULES = (
     ("qa_outputs.", "qa_outputs."),
 )
 
-CONVERSION = Conversion(
+# BERT's encoder layout, config checks and optional pooler, with RoBERTa's own heads and no pretraining task.
+CONVERSION = dataclasses.replace(
+    BERT_CONVERSION,
     hf_model_type="roberta",
-    hf_config_class=RobertaConfig,
-    config_class=XfmrRobertaConfig,
-    tasks={
-        "base": ("RobertaModel", XfmrRobertaModel),
-        "masked-lm": ("RobertaForMaskedLM", XfmrRobertaForMaskedLM),
-        "sequence-classification": ("RobertaForSequenceClassification", XfmrRobertaForSequenceClassification),
-        "token-classification": ("RobertaForTokenClassification", XfmrRobertaForTokenClassification),
-        "question-answering": ("RobertaForQuestionAnswering", XfmrRobertaForQuestionAnswering),
-        "multiple-choice": ("RobertaForMultipleChoice", XfmrRobertaForMultipleChoice),
-    },
+    tasks=task_classes(modeling_roberta, ENCODER_TASKS, ours="Roberta"),
     hf_base_prefix="roberta",
-    body_rules=ENCODER_RULES,
+    hf_config_class=None,
+    config_class=None,
     head_rules=HEAD_RULES,
     aliases={"lm_head.bias": "lm_head.decoder.bias"},
-    check_hf_config=check_hf_config,
-    base_init_kwargs=pooler_kwargs,
 )

@@ -60,12 +60,8 @@ class XfmrT5Config(XfmrPretrainedConfig):
         classifier_dropout: dropout inside the sequence-classification head and before the token classifier.
         tie_word_embeddings: True (v1.0): the output layer is the embedding matrix and the decoder output is
             scaled by d_model^-0.5 before it; False (v1.1): a separate `lm_head`, no scaling.
-        chunked_lm_loss: in training mode with labels, compute the LM loss chunk by chunk from the decoder
-            hidden states without forming the (B, T, V) logits (`logits` is then None).
-        unpad_inputs: the encoder runs right-padded batches on their real tokens only (every head, training
-            and inference). Encoder outputs at real positions are unchanged and zeros at padding positions;
-            the decoder's outputs, logits and losses equal the reference's everywhere (its cross-attention
-            hides the encoder's padding). False runs the padded layout, the reference's exact outputs.
+        chunked_lm_loss / unpad_inputs: BART's options (`XfmrBartConfig`): the LM loss is computed chunk by
+            chunk without the (B, T, V) logits; the encoder runs right-padded batches on their real tokens only.
     """
 
     model_type = "xfmr-t5"

@@ -17,27 +17,12 @@ import re
 
 import torch
 from torch import nn
-from transformers import T5Config
 
-from ..conversion import Conversion
-from .configuration_t5 import XfmrT5Config
-from .modeling_t5 import (
-    XfmrT5EncoderModel,
-    XfmrT5ForConditionalGeneration,
-    XfmrT5ForQuestionAnswering,
-    XfmrT5ForSequenceClassification,
-    XfmrT5ForTokenClassification,
-    XfmrT5Model,
-)
+from ..conversion import Conversion, task_classes
+from . import modeling_t5
 
-TASKS = {
-    "base": ("T5Model", XfmrT5Model),
-    "seq2seq-lm": ("T5ForConditionalGeneration", XfmrT5ForConditionalGeneration),
-    "encoder": ("T5EncoderModel", XfmrT5EncoderModel),
-    "sequence-classification": ("T5ForSequenceClassification", XfmrT5ForSequenceClassification),
-    "token-classification": ("T5ForTokenClassification", XfmrT5ForTokenClassification),
-    "question-answering": ("T5ForQuestionAnswering", XfmrT5ForQuestionAnswering),
-}
+TASKS = task_classes(modeling_t5, ("base", "seq2seq-lm", "encoder", "sequence-classification", "token-classification",
+                                   "question-answering"), ours="T5")
 # Where the backbone sits inside each model, on either side.
 _HF_PREFIX = {"sequence-classification": "transformer.", "token-classification": "transformer."}
 _OUR_PREFIX = {"base": "", "encoder": ""}
@@ -228,8 +213,6 @@ class T5Conversion(Conversion):
 
 CONVERSION = T5Conversion(
     hf_model_type="t5",
-    hf_config_class=T5Config,
-    config_class=XfmrT5Config,
     tasks=TASKS,
     hf_base_prefix="transformer",
     body_rules=(),

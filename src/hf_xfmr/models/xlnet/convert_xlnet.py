@@ -7,18 +7,8 @@ weight is the (C, H*D) view itself. The tensor rules below do those reshapes (th
 the layer's (H, D) `r_w_bias`); every other key is only renamed.
 """
 
-from transformers import XLNetConfig
-
-from ..conversion import Conversion, TensorRule
-from .configuration_xlnet import XfmrXLNetConfig
-from .modeling_xlnet import (
-    XfmrXLNetForMultipleChoice,
-    XfmrXLNetForQuestionAnsweringSimple,
-    XfmrXLNetForSequenceClassification,
-    XfmrXLNetForTokenClassification,
-    XfmrXLNetLMHeadModel,
-    XfmrXLNetModel,
-)
+from ..conversion import Conversion, TensorRule, task_classes
+from . import modeling_xlnet
 
 
 def _heads_view(weight, shape):
@@ -76,16 +66,10 @@ def check_hf_config(config) -> None:
 
 CONVERSION = Conversion(
     hf_model_type="xlnet",
-    hf_config_class=XLNetConfig,
-    config_class=XfmrXLNetConfig,
-    tasks={
-        "base": ("XLNetModel", XfmrXLNetModel),
-        "causal-lm": ("XLNetLMHeadModel", XfmrXLNetLMHeadModel),
-        "sequence-classification": ("XLNetForSequenceClassification", XfmrXLNetForSequenceClassification),
-        "token-classification": ("XLNetForTokenClassification", XfmrXLNetForTokenClassification),
-        "question-answering": ("XLNetForQuestionAnsweringSimple", XfmrXLNetForQuestionAnsweringSimple),
-        "multiple-choice": ("XLNetForMultipleChoice", XfmrXLNetForMultipleChoice),
-    },
+    tasks=task_classes(modeling_xlnet, ("base", "causal-lm", "sequence-classification", "token-classification",
+                                        "question-answering", "multiple-choice"),
+                       ours="XLNet",
+                       suffixes={"causal-lm": "LMHeadModel", "question-answering": "ForQuestionAnsweringSimple"}),
     hf_base_prefix="transformer",
     body_rules=BODY_RULES,
     head_rules=HEAD_RULES,
