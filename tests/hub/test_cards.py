@@ -54,3 +54,42 @@ def test_templates_are_found_in_the_checkout_and_shipped_as_package_data():
     setup.read(REPO_ROOT / "setup.cfg")
     assert setup["options.package_data"]["hf_xfmr.hub"].strip() == "model_cards/*.md"
     assert "matplotlib" in setup["options"]["install_requires"]
+
+
+def test_a_runs_metrics_go_into_the_model_index_only_when_measured_on_a_hub_dataset():
+    from hf_xfmr.hub.cards import evaluation_fields
+
+    assert evaluation_fields({}, hub_dataset="glue", split="test", source="x") == {}
+    assert evaluation_fields({"accuracy": 0.9}, hub_dataset="glue", split="validation", dataset_config="sst2",
+                             source="x") == dict(metrics={"accuracy": 0.9}, eval_dataset="glue",
+                                                 eval_dataset_config="sst2", eval_split="validation")
+    assert evaluation_fields({"accuracy": 0.9}, hub_dataset=None, split="test", source="our dev.csv") == dict(
+        metrics={"accuracy": 0.9}, eval_source="our dev.csv")
+
+
+def test_a_finetune_runs_card_fills_only_what_the_user_left_unset(tmp_path):
+    import json
+
+    from hf_xfmr.hub.cards import finetune_run_card, finetune_run_folder
+
+    run = tmp_path / "run"
+    (run / "merged").mkdir(parents=True)
+    assert finetune_run_folder(run / "merged") is None  # no finetune_args.json / metrics.json next to it
+    (run / "finetune_args.json").write_text(json.dumps(dict(task="classification", lora=True, lora_r=4, lora_alpha=8,
+                                                            max_steps=10, arch="bert")))
+    metrics = dict(eval={"eval_accuracy": 0.75, "eval_runtime": 1.0},
+                   provenance=dict(base_model=None, dataset="glue", dataset_config="sst2", data="glue"))
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    (run / "log_history.jsonl").write_text("")
+    assert finetune_run_folder(run / "merged") == run and finetune_run_folder(run) is None
+    given = dict(description="mine", tags=["tiny"], metrics=None, eval_dataset=None, eval_source=None,
+                 training_logs=None, base_model=None, datasets=(), training=None)
+    filled = finetune_run_card(run, given)
+    assert "description" not in filled and filled["tags"] == ["lora", "tiny"]
+    assert filled["metrics"] == {"accuracy": 0.75} and filled["eval_dataset"] == "glue"
+    assert filled["eval_split"] == "validation" and filled["datasets"] == ["glue"]
+    assert filled["training"]["lora_r"] == 4 and filled["training_logs"] == str(run / "log_history.jsonl")
+    assert "metrics" not in finetune_run_card(run, {**given, "eval_source": "our dev.csv"})
+    (run / "metrics.json").write_text("[]")
+    with pytest.raises(ValueError):
+        finetune_run_card(run, given)

@@ -279,6 +279,7 @@ def render_card(info: CardInfo) -> str:
 # The card fields of a training run (keyword arguments of `export`)
 # ----------------------------------------------------------------------------------------------
 
+FINETUNE_RUN_FILES = ("finetune_args.json", "metrics.json")  # what `hf-xfmr finetune` saves next to model/
 BUILTIN_DATA_DESCRIPTION = "the VADER human-rated sentences (Hutto & Gilbert, ICWSM 2014; vaderSentiment sdist, MIT)"
 
 
@@ -405,6 +406,37 @@ def finetune_card_fields(settings: Mapping[str, Any], metrics: Mapping[str, Any]
     return fields
 
 
+def finetune_run_folder(checkpoint) -> Path | None:
+    """The `hf-xfmr finetune` run that saved `checkpoint`, when it is the run's model/ or merged/ folder (its
+    finetune_args.json and metrics.json sit next to it); None for any other folder."""
+    checkpoint = Path(checkpoint)
+    run = checkpoint.parent
+    if checkpoint.name in ("model", "merged") and all((run / name).is_file() for name in FINETUNE_RUN_FILES):
+        return run
+    return None
+
+
+def finetune_run_card(run, given: Mapping[str, Any]) -> dict:
+    """The card fields of the finetune run in `run` (base model, LoRA, metrics, settings, loss log) that
+    `given` (the card arguments of `export` the user set, by name) leaves unset; the run's tags are added
+    to the given ones. Raises ValueError when the run's files cannot be read."""
+    run = Path(run)
+    try:
+        fields = finetune_card_fields(*(json.loads((run / name).read_text()) for name in FINETUNE_RUN_FILES))
+    except (OSError, ValueError, AttributeError) as err:
+        raise ValueError(str(err)) from err
+    filled = {key: fields[key] for key in ("description", "base_model", "datasets", "training")
+              if fields.get(key) and not given.get(key)}
+    if not (given.get("metrics") or given.get("eval_dataset") or given.get("eval_source")):
+        filled.update({key: fields[key] for key in ("metrics", "eval_dataset", "eval_dataset_config", "eval_split",
+                                                    "eval_source") if fields.get(key)})
+    if not given.get("training_logs") and (run / "log_history.jsonl").is_file():
+        filled["training_logs"] = str(run / "log_history.jsonl")
+    if fields["tags"]:
+        filled["tags"] = list(dict.fromkeys([*fields["tags"], *(given.get("tags") or ())]))
+    return filled
+
+
 def name_base_model_in_adapter_card(adapter_dir, base_model: str | None) -> None:
     """PEFT's `save_pretrained` writes a card (README.md) whose `base_model` is the local base folder, which
     is no Hub id: name the Hub id (`base_model`, with PEFT's `base_model:adapter:` tag), or none."""
@@ -420,6 +452,7 @@ def name_base_model_in_adapter_card(adapter_dir, base_model: str | None) -> None
     card.save(path)
 
 
-__all__ = ["BUILTIN_DATA_DESCRIPTION", "CardInfo", "LOSS_CURVE_FILE", "REPO_ID_PLACEHOLDER", "TASK_FAMILIES",
-           "evaluation_fields", "finetune_card_fields", "finetune_provenance", "hub_model_id", "is_local_source",
-           "name_base_model_in_adapter_card", "pretrain_card_fields", "render_card", "template_for", "templates_dir"]
+__all__ = ["BUILTIN_DATA_DESCRIPTION", "CardInfo", "FINETUNE_RUN_FILES", "LOSS_CURVE_FILE", "REPO_ID_PLACEHOLDER",
+           "TASK_FAMILIES", "evaluation_fields", "finetune_card_fields", "finetune_provenance", "finetune_run_card",
+           "finetune_run_folder", "hub_model_id", "is_local_source", "name_base_model_in_adapter_card",
+           "pretrain_card_fields", "render_card", "template_for", "templates_dir"]
