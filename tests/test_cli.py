@@ -408,3 +408,122 @@ def test_every_offered_task_is_convertible_by_some_architecture():
 
     convertible = {task for conversion in conversions() for task in conversion.tasks}
     assert set(supported_tasks()) == convertible
+
+
+# -- the command line as one package: help without torch, both spellings, --config everywhere ----------------
+
+COMMAND_NAMES = ["pretrain", "finetune", "convert", "bench", "export", "publish", "distill"]
+HEAVY = ("torch", "transformers", "accelerate", "datasets", "peft")
+
+
+def _heavy(modules) -> list[str]:
+    return sorted(m for m in modules if m.split(".")[0] in HEAVY or m.startswith("hf_xfmr.models"))
+
+
+@pytest.mark.parametrize("argv", [[], *[[name] for name in COMMAND_NAMES]])
+def test_help_imports_no_torch(argv):
+    """`hf-xfmr [<command>] --help` in a fresh process imports neither torch nor transformers nor the model
+    registry (it is what made --help take seconds). The process starts as the console script does: argv[0]
+    names `hf-xfmr` when `hf_xfmr` is imported."""
+    code = ("import sys\n"
+            f"sys.argv = ['hf-xfmr', *{argv!r}, '--help']\n"
+            "from hf_xfmr.cli import main\n"
+            "try:\n    main()\nexcept SystemExit as exit_:\n    assert exit_.code == 0, exit_.code\n"
+            "print('IMPORTED:', *sorted(sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: hf-xfmr" in proc.stdout
+    modules = proc.stdout.rsplit("IMPORTED:", 1)[1].split()
+    assert "hf_xfmr.cli" in modules and _heavy(modules) == []
+
+
+def test_help_through_python_m_imports_no_torch():
+    """The same through `python -m hf_xfmr.cli` (as `accelerate launch -m hf_xfmr.cli` starts it); -X importtime
+    lists every module the process imported."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "hf_xfmr.cli", "pretrain", "--help"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    assert "hf_xfmr.cli" in imported and _heavy(imported) == []
+
+
+def test_a_plain_import_registers_and_training_names_stay_functions():
+    """Outside the command, `import hf_xfmr` registers every architecture at once; the lazy `hf_xfmr.training`
+    still gives the functions `pretrain` / `finetune` after their modules of the same name were imported."""
+    code = ("import types, hf_xfmr, transformers\n"
+            "assert 'xfmr-bert' in transformers.CONFIG_MAPPING\n"
+            "import hf_xfmr.training.pretrain, hf_xfmr.training.finetune\n"
+            "from hf_xfmr.training import PretrainArguments, finetune, pretrain\n"
+            "assert callable(pretrain) and not isinstance(pretrain, types.ModuleType), pretrain\n"
+            "assert callable(finetune) and not isinstance(finetune, types.ModuleType), finetune\n"
+            "assert hf_xfmr.from_transformers.__module__ == 'hf_xfmr.models.conversion'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_help_catalog_equals_the_registries():
+    """The names --help shows without importing the registries are the registries' own."""
+    from hf_xfmr.cli import catalog
+    from hf_xfmr.models import architectures, supported_tasks
+    from hf_xfmr.training.objectives import available_objectives
+
+    assert catalog.ARCHITECTURE_OBJECTIVES == tuple((a.name, tuple(a.objectives)) for a in architectures())
+    assert catalog.OBJECTIVES == tuple(available_objectives())
+    assert list(catalog.TASKS) == supported_tasks()
+
+
+def _subparsers():
+    return cli.build_parser()._subparsers._group_actions[0].choices
+
+
+def test_every_option_of_every_command_has_both_spellings():
+    for name, parser in _subparsers().items():
+        for action in parser._actions:
+            flags = [s for s in action.option_strings if s.startswith("--")]
+            for flag in flags:
+                body = flag[2:]
+                assert f"--{body.replace('_', '-')}" in flags and f"--{body.replace('-', '_')}" in flags, (name, flag)
+            assert action.option_strings == [] or "--config" in {a.option_strings[0] for a in parser._actions
+                                                                  if a.option_strings}, name
+
+
+@pytest.mark.parametrize("command, config, argv, expected", [
+    ("bench", "list: true\n", [], {"list": True}),
+    ("convert", '{"to": "transformers", "overwrite": true}', ["SRC", "OUT"],
+     {"src": "SRC", "to": "transformers", "overwrite": True}),
+    ("pretrain", "max-steps: 5\nlearning_rate: 1e-3\narch: roberta\n", ["--max_steps", "7"],
+     {"max_steps": 7, "learning_rate": 1e-3, "arch": "roberta"}),
+    ("distill", "teacher: T\noutput: O\nlayer_ids: 0,2\nlr: 1e-3\n", ["--lr", "0.1"],
+     {"teacher": "T", "output_dir": "O", "student_layer_ids": [0, 2], "learning_rate": 0.1}),
+    ("publish", '{"repo-id": "alice/x", "private": true, "max_retries": "5"}', ["F"],
+     {"repo_id": "alice/x", "private": True, "max_retries": 5}),
+    ("export", "metric: [accuracy=0.9]\nmax_shard_size: 2GB\n", ["C", "F", "--max-shard-size", "1GB"],
+     {"metric": ["accuracy=0.9"], "max_shard_size": "1GB"}),
+])
+def test_config_works_the_same_for_every_command(command, config, argv, expected, tmp_path):
+    """--config FILE (YAML, or JSON for .json) sets any option of any command, by any of its names; options
+    given on the command line win."""
+    from hf_xfmr.cli.command import settings_from
+
+    path = tmp_path / ("options.json" if config.startswith("{") else "options.yaml")
+    path.write_text(config)
+    args = cli.build_parser().parse_args([command, *argv, "--config", str(path)])
+    (declared,) = [c for c in cli.COMMANDS if getattr(c, "name", None) == command]
+    options = settings_from(declared.arguments, args)
+    assert {key: getattr(options, key) for key in expected} == expected
+
+
+@pytest.mark.parametrize("argv, config, message", [
+    (["distill"], None, "the following arguments are required: --teacher, --output_dir/--output-dir/--output"),
+    (["bench"], "repeats: many\n", "repeats must be an integer"),
+    (["bench"], "repeat: 2\n", "Unknown setting(s) in"),
+    (["bench"], "- 1\n", "must hold a mapping"),
+    (["bench"], None, "does not exist"),
+])
+def test_config_and_required_errors_are_command_errors(argv, config, message, tmp_path, capsys):
+    path = tmp_path / "options.yaml"
+    if config is not None:
+        path.write_text(config)
+    extra = ["--config", str(path)] if config is not None or argv == ["bench"] else []
+    status, _, err = run([*argv, *extra], capsys)
+    assert status == 2 and f"hf-xfmr {argv[0]}: error:" in err and message in err, err

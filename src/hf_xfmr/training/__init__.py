@@ -7,44 +7,75 @@ Trainer + PEFT.
     from hf_xfmr.training import FinetuneArguments, finetune
     result = finetune(FinetuneArguments(model_name_or_path="out/model", dataset="vader", lora=True, merge=True))
 
-Pieces used by name: `objectives` (the objective table and its state hooks), `optim` (AdamW /
-StableAdamW, linear / cosine / wsd / 1-sqrt schedules, batch-size warmup), `checkpoint` (atomic,
-validated, exactly resumable checkpoints), `logs` (JSON lines + TensorBoard); `finetune_tasks`
-(labels, tokenization, metrics and QA post-processing of the finetuning tasks).
+Pieces used by name: `arguments` (the settings dataclasses of pretrain, finetune and distill),
+`objectives` (the objective table and its state hooks), `optim` (AdamW / StableAdamW, linear / cosine /
+wsd / 1-sqrt schedules, batch-size warmup), `checkpoint` (atomic, validated, exactly resumable
+checkpoints), `logs` (JSON lines + TensorBoard); `finetune_tasks` (labels, tokenization, metrics and QA
+post-processing of the finetuning tasks).
+
+The names below are imported on first use (PEP 562), so that `hf_xfmr.training.arguments` (what
+`hf-xfmr --help` reads) does not pull in torch. Modules of this package import from its submodules,
+never from the package itself.
 """
 
-from .arguments import PretrainArguments
-from .checkpoint import CheckpointError, latest_checkpoint, list_checkpoints
-from .finetune import FinetuneArguments, FinetuneResult, finetune, load_adapter_model
-from .finetune_tasks import FinetuneError
-from .logs import read_log
-from .objectives import Objective, ObjectiveSettings, available_objectives, get_objective, register_objective
-from .optim import StableAdamW, build_optimizer, lr_multiplier
-from .pretrain import CollectiveError, NonFiniteLossError, PretrainCallback, PretrainResult, PretrainRun, pretrain
+import importlib
+import sys
+import types
 
-__all__ = [
-    "CheckpointError",
-    "CollectiveError",
-    "FinetuneArguments",
-    "FinetuneError",
-    "FinetuneResult",
-    "NonFiniteLossError",
-    "Objective",
-    "ObjectiveSettings",
-    "PretrainArguments",
-    "PretrainCallback",
-    "PretrainResult",
-    "PretrainRun",
-    "StableAdamW",
-    "available_objectives",
-    "build_optimizer",
-    "finetune",
-    "get_objective",
-    "latest_checkpoint",
-    "list_checkpoints",
-    "load_adapter_model",
-    "lr_multiplier",
-    "pretrain",
-    "read_log",
-    "register_objective",
-]
+# public name -> the submodule that defines it
+_EXPORTS = {
+    "PretrainArguments": "arguments",
+    "FinetuneArguments": "arguments",
+    "DistillArguments": "arguments",
+    "CheckpointError": "checkpoint",
+    "latest_checkpoint": "checkpoint",
+    "list_checkpoints": "checkpoint",
+    "FinetuneResult": "finetune",
+    "finetune": "finetune",
+    "load_adapter_model": "finetune",
+    "FinetuneError": "finetune_tasks",
+    "read_log": "logs",
+    "Objective": "objectives",
+    "ObjectiveSettings": "objectives",
+    "available_objectives": "objectives",
+    "get_objective": "objectives",
+    "register_objective": "objectives",
+    "StableAdamW": "optim",
+    "build_optimizer": "optim",
+    "lr_multiplier": "optim",
+    "CollectiveError": "pretrain",
+    "NonFiniteLossError": "pretrain",
+    "PretrainCallback": "pretrain",
+    "PretrainResult": "pretrain",
+    "PretrainRun": "pretrain",
+    "pretrain": "pretrain",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
+
+class _Package(types.ModuleType):
+    """`pretrain` and `finetune` name both a submodule and the function it defines. Importing the submodule
+    binds its name on the package (the import system's doing); as before this package became lazy, that
+    name stays the function: `from hf_xfmr.training import pretrain` is the function, whatever was imported
+    first. Anything else is set as usual (e.g. a test's monkeypatch)."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == name and hasattr(value, name):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -1,25 +1,119 @@
-"""`PretrainArguments`: every setting of `hf-xfmr pretrain`, as one typed dataclass.
+"""The settings of the training commands, as typed dataclasses: `PretrainArguments` (`hf-xfmr pretrain`),
+`FinetuneArguments` (`hf-xfmr finetune`) and `DistillArguments` (`hf-xfmr distill`), on one base,
+`RunArguments`, that holds what every training run has: where it writes, its seed and logging, the
+optimizer steps and their size, the learning rate and weight decay, the sequence length and the Hub revision
+of the checkpoint it starts from. A subclass redeclares a shared field where its default or its help differs.
 
-The same dataclass is filled from Python (`PretrainArguments(arch="bert", ...)`), from the command line
-(each field is an option, `--max_steps` or `--max-steps`, parsed by transformers' `HfArgumentParser`)
-and from a YAML file (`--config run.yaml`, flat `field: value` pairs; options on the command line win).
+Each dataclass is filled the same three ways:
+- from Python: `PretrainArguments(arch="bert", max_steps=100)`;
+- from the command line: each field with a help text is an option, `--max_steps` or `--max-steps`
+  (`hf_xfmr.cli.command` builds the parser from the dataclass);
+- from a YAML/JSON file: `PretrainArguments.from_yaml(path, **overrides)` (= `from_file`), or
+  `hf-xfmr <command> --config FILE` (options given on the command line win).
+
+Field metadata read by the command line: `help` (required for an option), `aliases` (older names, each
+also in both spellings), `metavar`, `nargs`/`const` (e.g. `--resume` without a value), `parse` (how the
+text becomes the value, when the type does not say it), `required` (on the command line).
+
+Only the standard library here (and `finetune_tasks`' names): `hf-xfmr --help` imports this module.
 """
 
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from .optim import OPTIMIZERS, SCHEDULES
+from ..options import option, parse_int_list, read_options_file, values_from_mapping
+from .finetune_tasks import (
+    CLASSIFICATION,
+    FINETUNE_TASKS,
+    LABEL_COLUMNS,
+    QUESTION_ANSWERING,
+    TAGS_COLUMNS,
+    TEXT_COLUMNS,
+    TOKENS_COLUMNS,
+    FinetuneError,
+)
+
+OPTIMIZERS = ("adamw", "stable_adamw")  # hf_xfmr.training.optim.build_optimizer
+SCHEDULES = ("constant", "linear", "cosine", "wsd", "1-sqrt")  # hf_xfmr.training.optim.lr_multiplier
+# Projection names shared by every hf_xfmr architecture; those a model lacks (gate_proj in ungated MLPs)
+# are skipped.
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 def _help(text: str, **extra) -> dict:
+    """Field metadata with a help text (the form `field(default=..., metadata=_help(...))`)."""
     return {"help": text, **extra}
 
 
-@dataclass
-class PretrainArguments:
-    """Settings of a pretraining run. Fields are grouped as model / data / optimisation / run."""
+def _positive_ints(obj, names) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"--{name} must be a positive integer, got {value!r}.")
+
+
+def _non_negative_ints(obj, names) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"--{name} must be a non-negative integer, got {value!r}.")
+
+
+def _positive_ints_or_unset(obj, names) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"--{name} must be a positive integer or unset, got {value!r}.")
+
+
+@dataclass(kw_only=True)
+class RunArguments:
+    """What every training run has. Errors in the settings are raised as `Error` (ValueError, or a subclass
+    such as `FinetuneError`), with a message naming the command-line option."""
+
+    Error: ClassVar[type[Exception]] = ValueError
+
+    output_dir: str | None = option("where the results are written", None)
+    overwrite_output_dir: bool = option("write into a non-empty --output_dir", False)
+    revision: str | None = option(
+        "branch, tag or commit of the Hub repo the run starts from (token: HF_TOKEN or `hf auth login`)", None)
+    seed: int = option("seed of the model initialisation, data order and masks", 42)
+    max_steps: int = option("optimizer steps", 1000)
+    gradient_accumulation_steps: int = option("micro-batches per optimizer step", 1)
+    learning_rate: float = option("peak learning rate", 5e-4)
+    weight_decay: float = option("AdamW weight decay", 0.01)
+    max_seq_length: int = option("tokens per example, special tokens included", 128)
+    logging_steps: int = option("log the training loss every N steps", 10)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str = "the settings", **overrides):
+        """Build from a mapping of option names (e.g. a YAML file; `max-steps` and aliases are accepted,
+        numbers written as text become numbers), with `overrides` (field names) applied on top. Unknown keys
+        are named in the error."""
+        return cls(**{**values_from_mapping(cls, values, source, error=cls.Error), **overrides})
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides):
+        """Read a YAML or JSON file of `option: value` pairs; `overrides` win over the file."""
+        return cls.from_dict(read_options_file(path, error=cls.Error), source=str(path), **overrides)
+
+    from_yaml = from_file  # the name PretrainArguments has always had
+
+    @classmethod
+    def read_file(cls, path: str | Path) -> dict[str, Any]:
+        """The settings of a YAML or JSON file as field name -> value (checked, numbers parsed), not built."""
+        return values_from_mapping(cls, read_options_file(path, error=cls.Error), str(path), error=cls.Error)
+
+
+@dataclass(kw_only=True)
+class PretrainArguments(RunArguments):
+    """Settings of a pretraining run. Fields are grouped as model / data / optimisation / run (seed,
+    learning_rate, max_seq_length, logging_steps and gradient_accumulation_steps come from `RunArguments`)."""
 
     # --- model ---------------------------------------------------------------------------------
     arch: str = field(default="bert", metadata=_help("architecture to pretrain (hf_xfmr name, e.g. bert, roberta)"))
@@ -53,7 +147,6 @@ class PretrainArguments:
     tokenizer: str | None = field(default=None, metadata=_help(
         "tokenizer folder; default: train one for the architecture on the training text (saved in the output)"))
     vocab_size: int = field(default=8000, metadata=_help("vocabulary size of a tokenizer trained on the fly"))
-    max_seq_length: int = field(default=128, metadata=_help("tokens per example, special tokens included"))
     mlm_probability: float | None = field(default=None, metadata=_help(
         "masking rate; default: the architecture's (15%, 30% for ModernBERT)"))
     short_seq_prob: float = field(default=0.1, metadata=_help("share of shorter sentence pairs (NSP/SOP)"))
@@ -64,11 +157,9 @@ class PretrainArguments:
     per_device_train_batch_size: int = field(default=32, metadata=_help("examples per micro-batch and process"))
     per_device_eval_batch_size: int | None = field(default=None, metadata=_help(
         "evaluation batch size per process; default: the training one"))
-    gradient_accumulation_steps: int = field(default=1, metadata=_help("micro-batches per optimizer step"))
     batch_size_warmup_steps: int = field(default=0, metadata=_help(
         "grow the micro-batches per step from 1 to --gradient_accumulation_steps over N steps (batch-size warmup)"))
     optimizer: Literal[OPTIMIZERS] = field(default="adamw", metadata=_help("adamw or stable_adamw"))
-    learning_rate: float = field(default=5e-4, metadata=_help("peak learning rate"))
     weight_decay: float = field(default=0.01, metadata=_help("decoupled weight decay (not on biases and norms)"))
     adam_beta1: float = field(default=0.9, metadata=_help("Adam beta1"))
     adam_beta2: float = field(default=0.98, metadata=_help("Adam beta2"))
@@ -96,8 +187,6 @@ class PretrainArguments:
     resume: str | None = field(default=None, metadata=_help(
         "continue from a checkpoint: its folder, or no value for the latest one in the output folder",
         nargs="?", const="latest"))
-    seed: int = field(default=42, metadata=_help("seed of the model initialisation, data order and masks"))
-    logging_steps: int = field(default=10, metadata=_help("log the training loss every N steps"))
     eval_steps: int = field(default=0, metadata=_help("evaluate every N steps (0: only at the end)"))
     save_steps: int = field(default=500, metadata=_help("write a checkpoint every N steps (0: only at the end)"))
     save_total_limit: int | None = field(default=2, metadata=_help("keep only the last K checkpoints"))
@@ -111,20 +200,11 @@ class PretrainArguments:
         "with an error naming the step (default 1800: 30 minutes)"))
 
     def __post_init__(self):
-        positive = ("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_seq_length",
-                    "vocab_size", "logging_steps")
-        for name in positive:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"--{name} must be a positive integer, got {value!r}.")
-        for name in ("batch_size_warmup_steps", "eval_steps", "save_steps", "dataloader_num_workers"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"--{name} must be a non-negative integer, got {value!r}.")
-        for name in ("per_device_eval_batch_size", "max_documents", "max_eval_examples", "save_total_limit"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"--{name} must be a positive integer or unset, got {value!r}.")
+        _positive_ints(self, ("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps",
+                              "max_seq_length", "vocab_size", "logging_steps"))
+        _non_negative_ints(self, ("batch_size_warmup_steps", "eval_steps", "save_steps", "dataloader_num_workers"))
+        _positive_ints_or_unset(self, ("per_device_eval_batch_size", "max_documents", "max_eval_examples",
+                                       "save_total_limit"))
         if self.batch_size_warmup_steps and self.gradient_accumulation_steps < 2:
             raise ValueError("--batch_size_warmup_steps grows the number of micro-batches per step up to "
                              "--gradient_accumulation_steps: set --gradient_accumulation_steps to 2 or more.")
@@ -172,33 +252,263 @@ class PretrainArguments:
     def eval_batch_size(self) -> int:
         return self.per_device_eval_batch_size or self.per_device_train_batch_size
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
-    @classmethod
-    def from_dict(cls, values: dict[str, Any], source: str = "the settings") -> "PretrainArguments":
-        """Build from a mapping of field names (e.g. a YAML file), naming unknown keys in the error."""
-        if not isinstance(values, dict):
-            raise ValueError(f"{source} must be a mapping of setting names to values, got {type(values).__name__}.")
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(k for k in values if k.replace("-", "_") not in names)
-        if unknown:
-            raise ValueError(f"Unknown setting(s) in {source}: {', '.join(unknown)}. "
-                             f"Valid settings: {', '.join(sorted(names))}.")
-        return cls(**{k.replace("-", "_"): v for k, v in values.items()})
+@dataclass(kw_only=True)
+class FinetuneArguments(RunArguments):
+    """Every option of `finetune` / `hf-xfmr finetune` (the field names are the command-line flags; weight_decay
+    comes from `RunArguments`)."""
 
-    @classmethod
-    def from_yaml(cls, path: str | Path, **overrides) -> "PretrainArguments":
-        """Read a YAML file of `field: value` pairs; `overrides` win over the file."""
-        import yaml
+    Error: ClassVar[type[Exception]] = FinetuneError
 
-        path = Path(path)
-        if not path.is_file():
-            raise ValueError(f"Config file {path} does not exist.")
-        try:
-            values = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ValueError(f"Config file {path} is not valid YAML: {err}") from None
-        if not isinstance(values, dict):
-            raise ValueError(f"Config file {path} must hold a mapping of setting names to values.")
-        return cls.from_dict({**values, **overrides}, source=str(path))
+    # -- model -------------------------------------------------------------------------------------
+    model_name_or_path: str | None = option(
+        "checkpoint to start from, a folder or a Hub repo id: hf_xfmr or transformers format (config.json + "
+        "safetensors); its tokenizer by default", default=None)
+    revision: str | None = option("branch, tag or commit of a Hub repo --model_name_or_path (token: HF_TOKEN or "
+                                 "`hf auth login`)", default=None)
+    arch: str | None = option("architecture for a from-scratch model (instead of --model_name_or_path), e.g. bert",
+                             default=None)
+    preset: str = option("size preset of --arch (tiny, base, large)", default="tiny")
+    config_overrides: str | None = option("config fields for --arch, e.g. 'hidden_size=64,num_hidden_layers=2'",
+                                         default=None)
+    tokenizer_name_or_path: str | None = option(
+        "tokenizer folder; default: the checkpoint's own, or (with --arch) one trained on the training texts",
+        default=None)
+    vocab_size: int = option("vocabulary size of a tokenizer trained for --arch", default=8000)
+    # -- task and data -----------------------------------------------------------------------------
+    task: Literal["sequence-classification", "token-classification", "question-answering"] = option(
+        "what to finetune for", default=CLASSIFICATION)
+    dataset: str | None = option(
+        "local data folder or file (csv/tsv/json/jsonl/parquet/txt, or a save_to_disk folder), a datasets Hub "
+        "name (needs network or cache), or 'vader' / 'vader-3way' (built-in human-rated sentiment sentences)",
+        default=None)
+    dataset_config: str | None = option(
+        "dataset configuration name; for vader: comma-separated sources (tweets,movies,amazon,nyt)", default=None)
+    train_file: str | None = option("training data file (instead of --dataset)", default=None)
+    validation_file: str | None = option("validation data file", default=None)
+    test_file: str | None = option("test data file (evaluated once, with the best model)", default=None)
+    validation_split: float = option("fraction of train held out when there is no validation split", default=0.1)
+    text_column: str | None = option(f"text column (default: first of {', '.join(TEXT_COLUMNS)})", default=None)
+    text_pair_column: str | None = option("second text column for sentence-pair classification", default=None)
+    label_column: str | None = option(f"label column (default: first of {', '.join(LABEL_COLUMNS)})", default=None)
+    tokens_column: str | None = option(f"word list column for tagging (default: first of {', '.join(TOKENS_COLUMNS)})",
+                                      default=None)
+    tags_column: str | None = option(f"tag list column for tagging (default: first of {', '.join(TAGS_COLUMNS)})",
+                                    default=None)
+    question_column: str = option("question column for QA", default="question")
+    context_column: str = option("context column for QA", default="context")
+    answers_column: str = option("answers column for QA, SQuAD format {'text': [...], 'answer_start': [...]}",
+                                default="answers")
+    max_seq_length: int = option("tokens per example (longer texts are truncated; QA contexts are windowed)",
+                                default=128)
+    doc_stride: int = option("QA: tokens of overlap between windows of a long context", default=32)
+    max_answer_length: int = option("QA: longest answer span predicted, in tokens", default=30)
+    label_all_tokens: bool = option("tagging: give every sub-word piece its word's tag (default: the first only)",
+                                   default=False)
+    max_train_samples: int | None = option("use at most this many training examples", default=None)
+    max_eval_samples: int | None = option("use at most this many validation examples", default=None)
+    max_test_samples: int | None = option("use at most this many test examples", default=None)
+    # -- LoRA --------------------------------------------------------------------------------------
+    lora: bool = option("train LoRA adapters (plus the task head) instead of all weights", default=False)
+    lora_r: int = option("LoRA rank", default=8)
+    lora_alpha: int = option("LoRA scaling numerator (the update is scaled by alpha / r)", default=16)
+    lora_dropout: float = option("dropout on the LoRA branch", default=0.05)
+    lora_target_modules: list[str] | None = option(
+        f"module names to adapt (default: those of {', '.join(DEFAULT_LORA_TARGETS)} the model has)", default=None)
+    merge: bool = option("with --lora: also write merged/, the adapter folded into a plain model", default=False)
+    # -- training ----------------------------------------------------------------------------------
+    output_dir: str = option("where everything is written", default="finetune_output")
+    overwrite_output_dir: bool = option("allow writing into a non-empty --output_dir", default=False)
+    num_train_epochs: float = option("passes over the training data (ignored when --max_steps > 0)", default=3.0)
+    max_steps: int = option("optimizer steps; > 0 overrides --num_train_epochs", default=-1)
+    per_device_train_batch_size: int = option("training batch size", default=16)
+    per_device_eval_batch_size: int = option("evaluation batch size", default=64)
+    gradient_accumulation_steps: int = option("batches per optimizer step", default=1)
+    learning_rate: float | None = option("peak learning rate (default: 5e-5, or 5e-4 with --lora)", default=None)
+    warmup_steps: float = option("warm-up steps; a value below 1 is a fraction of all steps", default=0.1)
+    lr_scheduler_type: str = option("learning-rate schedule (linear, cosine, constant, ...)", default="linear")
+    eval_strategy: Literal["steps", "epoch"] = option("evaluate (and checkpoint) every --eval_steps or every epoch",
+                                                     default="steps")
+    eval_steps: int | None = option("steps between evaluations (default: about 5 evaluations per run)", default=None)
+    logging_steps: int | None = option("steps between loss logs (default: about 50 logs per run)", default=None)
+    metric_for_best_model: str | None = option(
+        "validation metric that picks the best checkpoint, e.g. accuracy, f1, exact_match, loss "
+        "(default: accuracy for classification, f1 otherwise)", default=None)
+    greater_is_better: bool | None = option("whether a larger --metric_for_best_model is better (default: "
+                                           "True, False for loss)", default=None)
+    seed: int = option("random seed (model init, data order, dropout)", default=42)
+    nan_policy: Literal["stop", "skip"] = option(
+        "on a NaN/inf training loss: stop with an error naming the step (no model is saved), or skip that batch "
+        "(no update from it) and count it", default="stop")
+    bf16: bool = option("bfloat16 mixed precision", default=False)
+    use_cpu: bool = option("train on the CPU even when a GPU is available", default=False)
+    dataloader_num_workers: int = option("data loading worker processes", default=0)
+    report_to: str = option("experiment trackers for Trainer ('none', 'tensorboard', 'wandb', ...)", default="none")
+    disable_tqdm: bool = option("hide progress bars", default=False)
+    keep_checkpoints: bool = option("keep the intermediate checkpoints in output_dir/checkpoints", default=False)
+    push_to_hub: str | None = option("after training, export the final model and upload it to this Hub repo id "
+                                    "(needs --merge with --lora)", default=None)
+
+    def __post_init__(self):
+        if (self.model_name_or_path is None) == (self.arch is None):
+            raise FinetuneError("Pass exactly one of --model_name_or_path (a checkpoint folder) and --arch "
+                                "(a from-scratch model), got " +
+                                ("both." if self.arch else "neither."))
+        if self.task not in FINETUNE_TASKS:
+            raise FinetuneError(f"--task {self.task!r} is not a finetuning task; choose one of "
+                                f"{', '.join(FINETUNE_TASKS)}.")
+        if self.dataset is None and self.train_file is None:
+            raise FinetuneError("No data: pass --dataset (folder, file, Hub name or 'vader') or --train_file.")
+        if self.dataset is not None and self.train_file is not None:
+            raise FinetuneError("Pass either --dataset or --train_file/--validation_file/--test_file, not both.")
+        if self.merge and not self.lora:
+            raise FinetuneError("--merge folds LoRA adapters into the model; it needs --lora (full finetuning "
+                                "already writes a plain model).")
+        if self.push_to_hub and self.lora and not self.merge:
+            raise FinetuneError("--push_to_hub uploads a complete model: with --lora also pass --merge.")
+        for name in ("max_seq_length", "per_device_train_batch_size", "per_device_eval_batch_size",
+                     "gradient_accumulation_steps", "lora_r", "vocab_size", "max_answer_length"):
+            if getattr(self, name) < 1:
+                raise FinetuneError(f"--{name} must be >= 1, got {getattr(self, name)}.")
+        for name in ("max_train_samples", "max_eval_samples", "max_test_samples", "eval_steps", "logging_steps"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise FinetuneError(f"--{name} must be >= 1 (or left unset), got {value}.")
+        if not 0 < self.validation_split < 1:
+            raise FinetuneError(f"--validation_split must be between 0 and 1, got {self.validation_split}.")
+        if not 0 <= self.lora_dropout < 1:
+            raise FinetuneError(f"--lora_dropout must be in [0, 1), got {self.lora_dropout}.")
+        if self.learning_rate is not None and self.learning_rate <= 0:
+            raise FinetuneError(f"--learning_rate must be > 0, got {self.learning_rate}.")
+        if self.nan_policy not in ("stop", "skip"):
+            raise FinetuneError(f"--nan_policy must be stop or skip, got {self.nan_policy!r}.")
+        if self.max_steps <= 0 and self.num_train_epochs <= 0:
+            raise FinetuneError("Set --num_train_epochs > 0 or --max_steps > 0.")
+        if self.task == QUESTION_ANSWERING and not 0 <= self.doc_stride < self.max_seq_length // 2:
+            raise FinetuneError(f"--doc_stride ({self.doc_stride}) must be >= 0 and below half of --max_seq_length "
+                                f"({self.max_seq_length}) so that windows advance.")
+
+
+def read_config_file(path) -> dict:
+    """A finetuning options file (YAML or JSON) as field name -> value, checked and with numbers parsed
+    (`FinetuneArguments.read_file`; kept under the name `hf_xfmr.training.finetune` has always exported)."""
+    return FinetuneArguments.read_file(path)
+
+
+def check_distillation_loss(temperature: float, alpha_ce: float, alpha_mlm: float, alpha_cos: float) -> None:
+    """The loss settings `DistillationLoss` and `DistillArguments` accept: T > 0, weights >= 0, not all 0."""
+    if not temperature > 0:
+        raise ValueError(f"`temperature` (--temperature) must be > 0, got {temperature} (the recipe uses 2.0).")
+    for name, value in (("alpha_ce", alpha_ce), ("alpha_mlm", alpha_mlm), ("alpha_cos", alpha_cos)):
+        if not value >= 0:
+            raise ValueError(f"`{name}` (--{name}) must be >= 0, got {value}.")
+    if alpha_ce + alpha_mlm + alpha_cos == 0:
+        raise ValueError("At least one of `alpha_ce`, `alpha_mlm`, `alpha_cos` (--alpha_ce, --alpha_mlm, "
+                         "--alpha_cos) must be > 0 (the recipe: 5, 2, 1).")
+
+
+def _student_kind(text: str) -> str | None:
+    """`--student auto` -> None (the recipe's student); anything else as given."""
+    return None if text == "auto" else text
+
+
+@dataclass(kw_only=True)
+class DistillArguments(RunArguments):
+    """Everything a distillation run needs; defaults follow the DistilBERT recipe where it states one.
+
+    Args:
+        teacher: a checkpoint folder or Hub repo id (hf_xfmr or transformers format, loaded as an MLM) or an MLM
+            model; revision: the branch, tag or commit of a Hub repo teacher.
+        output_dir: where the student, its tokenizer and `distill_log.json` are written (None: not saved).
+        tokenizer: a tokenizer or a folder; default the teacher's folder.
+        student: None (the recipe's student: DistilBERT for a BERT teacher, the teacher's architecture
+            otherwise), "same", "distilbert", a student config, or a folder / model to continue training.
+        student_layers: student depth (default half the teacher's); student_layer_ids: which teacher layers.
+        corpus: anything `hf_xfmr.data.load_corpus` takes (None: the embedded corpus); max_documents caps it.
+        text_column: the corpus column holding the text (as `hf-xfmr pretrain --text_column`).
+        max_seq_length: tokens per training sequence (longer documents are cut into several).
+        max_steps, batch_size, gradient_accumulation_steps: optimizer steps and their size.
+        learning_rate, warmup_ratio, weight_decay, adam_epsilon, max_grad_norm: AdamW with linear warmup and decay.
+        temperature, alpha_ce, alpha_mlm, alpha_cos: the loss (see `DistillationLoss`).
+        mlm_probability: masking rate of the inputs (80/10/10 replacement).
+        eval_sequences: held-out sequences for the top-1 agreement reported before and after (0: none).
+        bf16: bf16 autocast; device: "cpu", "cuda" (default: cuda when available).
+        logging_steps: progress-bar / log interval; seed: data order, masking and anything random.
+    Each field but `progress` is an `hf-xfmr distill` option; the older short names (--output, --seq_len,
+    --lr, ...) are its aliases. max_steps comes from `RunArguments` as it is.
+    """
+
+    teacher: Any = option("teacher checkpoint folder or Hub repo id (loaded as an MLM)", metavar="DIR")
+    revision: str | None = option("branch, tag or commit of a Hub repo --teacher (token: HF_TOKEN or "
+                                  "`hf auth login`)", None, metavar="REV")
+    output_dir: str | None = option("where the student is written", None, aliases=("output",), metavar="DIR",
+                                    required=True)
+    corpus: Any = option("text: a .txt/.jsonl/.parquet/.csv file, a folder, or a datasets name (default: the "
+                         "embedded offline corpus)", None, metavar="SRC")
+    text_column: str = option("the corpus column holding the text", "text", metavar="NAME")
+    max_documents: int | None = option("use at most N documents", None, metavar="N")
+    tokenizer: Any = option("tokenizer folder (default: --teacher)", None, metavar="DIR")
+    student: Any = option("'auto' (DistilBERT for a BERT teacher, else the teacher's architecture), 'same', "
+                          "'distilbert', or a student checkpoint folder to keep training (default: auto)", None,
+                          metavar="KIND", parse=_student_kind)
+    student_layers: int | None = option("student depth (default: half the teacher's, rounded up)", None,
+                                        metavar="N")
+    student_layer_ids: list[int] | None = option(
+        "teacher layers to copy (default: evenly spaced, first and last included)", None, aliases=("layer_ids",),
+        metavar="I,J,...", parse=parse_int_list)
+    batch_size: int = option("sequences per step", 16, metavar="N")
+    gradient_accumulation_steps: int = option("micro-batches per optimizer step", 1, aliases=("grad_accum",),
+                                              metavar="N")
+    max_seq_length: int = option("tokens per sequence", 128, aliases=("seq_len",), metavar="N")
+    learning_rate: float = option("peak AdamW learning rate", 5e-4, aliases=("lr",), metavar="X")
+    warmup_ratio: float = option("share of steps warming up", 0.05, metavar="X")
+    weight_decay: float = option("AdamW weight decay", 0.0, metavar="X")
+    adam_epsilon: float = option("AdamW epsilon", 1e-6, metavar="X")
+    max_grad_norm: float = option("gradient clipping, 0 = off", 5.0, metavar="X")
+    temperature: float = option("softmax temperature T", 2.0, metavar="X")
+    alpha_ce: float = option("weight of the soft-target KL", 5.0, metavar="X")
+    alpha_mlm: float = option("weight of the MLM loss", 2.0, metavar="X")
+    alpha_cos: float = option("weight of the hidden-state cosine", 1.0, metavar="X")
+    mlm_probability: float = option("masking rate", 0.15, metavar="X")
+    eval_sequences: int = option("held-out sequences for the top-1 agreement report, 0 = none", 64, metavar="N")
+    bf16: bool = option("bf16 autocast", False)
+    device: str | None = option("default: cuda when available", None, choices=("cpu", "cuda"))
+    logging_steps: int = option("progress update interval", 10, metavar="N")
+    seed: int = option("data order, masking and anything random", 0, metavar="N")
+    overwrite_output_dir: bool = option("write into a non-empty --output_dir", False, aliases=("overwrite",))
+    progress: bool = True
+
+    def __post_init__(self):
+        # Messages name the `hf-xfmr distill` flag, which is the field's own name (as in PretrainArguments).
+        _positive_ints(self, ("max_seq_length", "max_steps", "batch_size", "gradient_accumulation_steps",
+                              "logging_steps"))
+        if self.max_seq_length < 4:
+            raise ValueError(f"--max_seq_length {self.max_seq_length} is too short; use at least 4 (e.g. 128).")
+        if not self.learning_rate > 0:
+            raise ValueError(f"--learning_rate must be > 0, got {self.learning_rate}.")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"--warmup_ratio must be in [0, 1), got {self.warmup_ratio}.")
+        if not 0 < self.mlm_probability < 1:
+            raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability} (BERT uses 0.15).")
+        if not isinstance(self.eval_sequences, int) or self.eval_sequences < 0:
+            raise ValueError(f"--eval_sequences must be an integer >= 0, got {self.eval_sequences!r}.")
+        _positive_ints_or_unset(self, ("max_documents",))
+        if not isinstance(self.text_column, str) or not self.text_column:
+            raise ValueError(f"--text_column must name a column of the corpus, got {self.text_column!r}.")
+        if self.device not in (None, "cpu", "cuda") and not str(self.device).startswith("cuda:"):
+            raise ValueError(f"--device must be 'cpu' or 'cuda' (or None for automatic), got {self.device!r}.")
+        check_distillation_loss(self.temperature, self.alpha_ce, self.alpha_mlm, self.alpha_cos)
+
+
+__all__ = [
+    "DEFAULT_LORA_TARGETS",
+    "OPTIMIZERS",
+    "SCHEDULES",
+    "DistillArguments",
+    "FinetuneArguments",
+    "PretrainArguments",
+    "RunArguments",
+    "check_distillation_loss",
+    "option",
+    "read_config_file",
+]

@@ -248,14 +248,7 @@ class DistillationLoss(nn.Module):
     def __init__(self, temperature: float = 2.0, alpha_ce: float = 5.0, alpha_mlm: float = 2.0,
                  alpha_cos: float = 1.0):
         super().__init__()
-        if not temperature > 0:
-            raise ValueError(f"`temperature` (--temperature) must be > 0, got {temperature} (the recipe uses 2.0).")
-        for name, value in (("alpha_ce", alpha_ce), ("alpha_mlm", alpha_mlm), ("alpha_cos", alpha_cos)):
-            if not value >= 0:
-                raise ValueError(f"`{name}` (--{name}) must be >= 0, got {value}.")
-        if alpha_ce + alpha_mlm + alpha_cos == 0:
-            raise ValueError("At least one of `alpha_ce`, `alpha_mlm`, `alpha_cos` (--alpha_ce, --alpha_mlm, "
-                             "--alpha_cos) must be > 0 (the recipe: 5, 2, 1).")
+        check_distillation_loss(temperature, alpha_ce, alpha_mlm, alpha_cos)
         self.temperature, self.alpha_ce, self.alpha_mlm, self.alpha_cos = temperature, alpha_ce, alpha_mlm, alpha_cos
 
     def forward(self, student_logits, teacher_logits, student_hidden=None, teacher_hidden=None,
@@ -325,85 +318,8 @@ def top1_agreement(student, teacher, batches) -> float:
 # ----------------------------------------------------------------------------------------------
 
 
-@dataclass
-class DistillArguments:
-    """Everything a distillation run needs; defaults follow the DistilBERT recipe where it states one.
-
-    Args:
-        teacher: a checkpoint folder or Hub repo id (hf_xfmr or transformers format, loaded as an MLM) or an MLM
-            model; revision: the branch, tag or commit of a Hub repo teacher.
-        output_dir: where the student, its tokenizer and `distill_log.json` are written (None: not saved).
-        tokenizer: a tokenizer or a folder; default the teacher's folder.
-        student: None (the recipe's student: DistilBERT for a BERT teacher, the teacher's architecture
-            otherwise), "same", "distilbert", a student config, or a folder / model to continue training.
-        student_layers: student depth (default half the teacher's); student_layer_ids: which teacher layers.
-        corpus: anything `hf_xfmr.data.load_corpus` takes (None: the embedded corpus); max_documents caps it.
-        text_column: the corpus column holding the text (as `hf-xfmr pretrain --text_column`).
-        max_seq_length: tokens per training sequence (longer documents are cut into several).
-        max_steps, batch_size, gradient_accumulation_steps: optimizer steps and their size.
-        learning_rate, warmup_ratio, weight_decay, adam_epsilon, max_grad_norm: AdamW with linear warmup and decay.
-        temperature, alpha_ce, alpha_mlm, alpha_cos: the loss (see `DistillationLoss`).
-        mlm_probability: masking rate of the inputs (80/10/10 replacement).
-        eval_sequences: held-out sequences for the top-1 agreement reported before and after (0: none).
-        bf16: bf16 autocast; device: "cpu", "cuda" (default: cuda when available).
-        logging_steps: progress-bar / log interval; seed: data order, masking and anything random.
-    """
-
-    teacher: Any
-    revision: str | None = None
-    output_dir: str | None = None
-    tokenizer: Any = None
-    student: Any = None
-    student_layers: int | None = None
-    student_layer_ids: list[int] | None = None
-    corpus: Any = None
-    text_column: str = "text"
-    max_documents: int | None = None
-    max_seq_length: int = 128
-    max_steps: int = 1000
-    batch_size: int = 16
-    gradient_accumulation_steps: int = 1
-    learning_rate: float = 5e-4
-    warmup_ratio: float = 0.05
-    weight_decay: float = 0.0
-    adam_epsilon: float = 1e-6
-    max_grad_norm: float = 5.0
-    temperature: float = 2.0
-    alpha_ce: float = 5.0
-    alpha_mlm: float = 2.0
-    alpha_cos: float = 1.0
-    mlm_probability: float = 0.15
-    eval_sequences: int = 64
-    bf16: bool = False
-    device: str | None = None
-    logging_steps: int = 10
-    seed: int = 0
-    overwrite_output_dir: bool = False
-    progress: bool = True
-
-    def __post_init__(self):
-        # Messages name the `hf-xfmr distill` flag, which is the field's own name (as in PretrainArguments).
-        for name in ("max_seq_length", "max_steps", "batch_size", "gradient_accumulation_steps", "logging_steps"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"--{name} must be a positive integer, got {value!r}.")
-        if self.max_seq_length < 4:
-            raise ValueError(f"--max_seq_length {self.max_seq_length} is too short; use at least 4 (e.g. 128).")
-        if not self.learning_rate > 0:
-            raise ValueError(f"--learning_rate must be > 0, got {self.learning_rate}.")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ValueError(f"--warmup_ratio must be in [0, 1), got {self.warmup_ratio}.")
-        if not 0 < self.mlm_probability < 1:
-            raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability} (BERT uses 0.15).")
-        if not isinstance(self.eval_sequences, int) or self.eval_sequences < 0:
-            raise ValueError(f"--eval_sequences must be an integer >= 0, got {self.eval_sequences!r}.")
-        if self.max_documents is not None and (not isinstance(self.max_documents, int) or self.max_documents < 1):
-            raise ValueError(f"--max_documents must be a positive integer or unset, got {self.max_documents!r}.")
-        if not isinstance(self.text_column, str) or not self.text_column:
-            raise ValueError(f"--text_column must name a column of the corpus, got {self.text_column!r}.")
-        if self.device not in (None, "cpu", "cuda") and not str(self.device).startswith("cuda:"):
-            raise ValueError(f"--device must be 'cpu' or 'cuda' (or None for automatic), got {self.device!r}.")
-        DistillationLoss(self.temperature, self.alpha_ce, self.alpha_mlm, self.alpha_cos)  # validates the loss
+# The options dataclass lives with the other training arguments; re-exported here, where it always was.
+from .arguments import DistillArguments, check_distillation_loss  # noqa: E402
 
 
 @dataclass

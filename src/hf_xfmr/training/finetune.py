@@ -66,9 +66,7 @@ from .finetune_tasks import (
 
 logger = logging.getLogger(__name__)
 
-# Projection names shared by every hf_xfmr architecture; those a model lacks (gate_proj in ungated MLPs)
-# are skipped.
-DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+from .arguments import DEFAULT_LORA_TARGETS  # noqa: E402  (the default of --lora_target_modules)
 BUILTIN_DATASETS = ("vader", "vader-3way")  # hf_xfmr.data.labelled
 DEFAULT_BEST_METRIC = {CLASSIFICATION: "accuracy", TAGGING: "f1", QUESTION_ANSWERING: "f1"}
 DATA_BUILDERS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet",
@@ -76,178 +74,9 @@ DATA_BUILDERS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json"
 QA_HIDDEN_COLUMNS = ("example_index", "context_offsets")  # kept aside for post-processing, not model inputs
 
 
-def _help(text: str, **kwargs) -> Any:
-    return field(metadata={"help": text}, **kwargs)
-
-
-@dataclass
-class FinetuneArguments:
-    """Every option of `finetune` / `hf-xfmr finetune` (the field names are the command-line flags)."""
-
-    # -- model -------------------------------------------------------------------------------------
-    model_name_or_path: str | None = _help(
-        "checkpoint to start from, a folder or a Hub repo id: hf_xfmr or transformers format (config.json + "
-        "safetensors); its tokenizer by default", default=None)
-    revision: str | None = _help("branch, tag or commit of a Hub repo --model_name_or_path (token: HF_TOKEN or "
-                                 "`hf auth login`)", default=None)
-    arch: str | None = _help("architecture for a from-scratch model (instead of --model_name_or_path), e.g. bert",
-                             default=None)
-    preset: str = _help("size preset of --arch (tiny, base, large)", default="tiny")
-    config_overrides: str | None = _help("config fields for --arch, e.g. 'hidden_size=64,num_hidden_layers=2'",
-                                         default=None)
-    tokenizer_name_or_path: str | None = _help(
-        "tokenizer folder; default: the checkpoint's own, or (with --arch) one trained on the training texts",
-        default=None)
-    vocab_size: int = _help("vocabulary size of a tokenizer trained for --arch", default=8000)
-    # -- task and data -----------------------------------------------------------------------------
-    task: Literal["sequence-classification", "token-classification", "question-answering"] = _help(
-        "what to finetune for", default=CLASSIFICATION)
-    dataset: str | None = _help(
-        "local data folder or file (csv/tsv/json/jsonl/parquet/txt, or a save_to_disk folder), a datasets Hub "
-        "name (needs network or cache), or 'vader' / 'vader-3way' (built-in human-rated sentiment sentences)",
-        default=None)
-    dataset_config: str | None = _help(
-        "dataset configuration name; for vader: comma-separated sources (tweets,movies,amazon,nyt)", default=None)
-    train_file: str | None = _help("training data file (instead of --dataset)", default=None)
-    validation_file: str | None = _help("validation data file", default=None)
-    test_file: str | None = _help("test data file (evaluated once, with the best model)", default=None)
-    validation_split: float = _help("fraction of train held out when there is no validation split", default=0.1)
-    text_column: str | None = _help(f"text column (default: first of {', '.join(TEXT_COLUMNS)})", default=None)
-    text_pair_column: str | None = _help("second text column for sentence-pair classification", default=None)
-    label_column: str | None = _help(f"label column (default: first of {', '.join(LABEL_COLUMNS)})", default=None)
-    tokens_column: str | None = _help(f"word list column for tagging (default: first of {', '.join(TOKENS_COLUMNS)})",
-                                      default=None)
-    tags_column: str | None = _help(f"tag list column for tagging (default: first of {', '.join(TAGS_COLUMNS)})",
-                                    default=None)
-    question_column: str = _help("question column for QA", default="question")
-    context_column: str = _help("context column for QA", default="context")
-    answers_column: str = _help("answers column for QA, SQuAD format {'text': [...], 'answer_start': [...]}",
-                                default="answers")
-    max_seq_length: int = _help("tokens per example (longer texts are truncated; QA contexts are windowed)",
-                                default=128)
-    doc_stride: int = _help("QA: tokens of overlap between windows of a long context", default=32)
-    max_answer_length: int = _help("QA: longest answer span predicted, in tokens", default=30)
-    label_all_tokens: bool = _help("tagging: give every sub-word piece its word's tag (default: the first only)",
-                                   default=False)
-    max_train_samples: int | None = _help("use at most this many training examples", default=None)
-    max_eval_samples: int | None = _help("use at most this many validation examples", default=None)
-    max_test_samples: int | None = _help("use at most this many test examples", default=None)
-    # -- LoRA --------------------------------------------------------------------------------------
-    lora: bool = _help("train LoRA adapters (plus the task head) instead of all weights", default=False)
-    lora_r: int = _help("LoRA rank", default=8)
-    lora_alpha: int = _help("LoRA scaling numerator (the update is scaled by alpha / r)", default=16)
-    lora_dropout: float = _help("dropout on the LoRA branch", default=0.05)
-    lora_target_modules: list[str] | None = _help(
-        f"module names to adapt (default: those of {', '.join(DEFAULT_LORA_TARGETS)} the model has)", default=None)
-    merge: bool = _help("with --lora: also write merged/, the adapter folded into a plain model", default=False)
-    # -- training ----------------------------------------------------------------------------------
-    output_dir: str = _help("where everything is written", default="finetune_output")
-    overwrite_output_dir: bool = _help("allow writing into a non-empty --output_dir", default=False)
-    num_train_epochs: float = _help("passes over the training data (ignored when --max_steps > 0)", default=3.0)
-    max_steps: int = _help("optimizer steps; > 0 overrides --num_train_epochs", default=-1)
-    per_device_train_batch_size: int = _help("training batch size", default=16)
-    per_device_eval_batch_size: int = _help("evaluation batch size", default=64)
-    gradient_accumulation_steps: int = _help("batches per optimizer step", default=1)
-    learning_rate: float | None = _help("peak learning rate (default: 5e-5, or 5e-4 with --lora)", default=None)
-    weight_decay: float = _help("AdamW weight decay", default=0.01)
-    warmup_steps: float = _help("warm-up steps; a value below 1 is a fraction of all steps", default=0.1)
-    lr_scheduler_type: str = _help("learning-rate schedule (linear, cosine, constant, ...)", default="linear")
-    eval_strategy: Literal["steps", "epoch"] = _help("evaluate (and checkpoint) every --eval_steps or every epoch",
-                                                     default="steps")
-    eval_steps: int | None = _help("steps between evaluations (default: about 5 evaluations per run)", default=None)
-    logging_steps: int | None = _help("steps between loss logs (default: about 50 logs per run)", default=None)
-    metric_for_best_model: str | None = _help(
-        "validation metric that picks the best checkpoint, e.g. accuracy, f1, exact_match, loss "
-        "(default: accuracy for classification, f1 otherwise)", default=None)
-    greater_is_better: bool | None = _help("whether a larger --metric_for_best_model is better (default: "
-                                           "True, False for loss)", default=None)
-    seed: int = _help("random seed (model init, data order, dropout)", default=42)
-    nan_policy: Literal["stop", "skip"] = _help(
-        "on a NaN/inf training loss: stop with an error naming the step (no model is saved), or skip that batch "
-        "(no update from it) and count it", default="stop")
-    bf16: bool = _help("bfloat16 mixed precision", default=False)
-    use_cpu: bool = _help("train on the CPU even when a GPU is available", default=False)
-    dataloader_num_workers: int = _help("data loading worker processes", default=0)
-    report_to: str = _help("experiment trackers for Trainer ('none', 'tensorboard', 'wandb', ...)", default="none")
-    disable_tqdm: bool = _help("hide progress bars", default=False)
-    keep_checkpoints: bool = _help("keep the intermediate checkpoints in output_dir/checkpoints", default=False)
-    push_to_hub: str | None = _help("after training, export the final model and upload it to this Hub repo id "
-                                    "(needs --merge with --lora)", default=None)
-
-    def __post_init__(self):
-        if (self.model_name_or_path is None) == (self.arch is None):
-            raise FinetuneError("Pass exactly one of --model_name_or_path (a checkpoint folder) and --arch "
-                                "(a from-scratch model), got " +
-                                ("both." if self.arch else "neither."))
-        if self.task not in FINETUNE_TASKS:
-            raise FinetuneError(f"--task {self.task!r} is not a finetuning task; choose one of "
-                                f"{', '.join(FINETUNE_TASKS)}.")
-        if self.dataset is None and self.train_file is None:
-            raise FinetuneError("No data: pass --dataset (folder, file, Hub name or 'vader') or --train_file.")
-        if self.dataset is not None and self.train_file is not None:
-            raise FinetuneError("Pass either --dataset or --train_file/--validation_file/--test_file, not both.")
-        if self.merge and not self.lora:
-            raise FinetuneError("--merge folds LoRA adapters into the model; it needs --lora (full finetuning "
-                                "already writes a plain model).")
-        if self.push_to_hub and self.lora and not self.merge:
-            raise FinetuneError("--push_to_hub uploads a complete model: with --lora also pass --merge.")
-        for name in ("max_seq_length", "per_device_train_batch_size", "per_device_eval_batch_size",
-                     "gradient_accumulation_steps", "lora_r", "vocab_size", "max_answer_length"):
-            if getattr(self, name) < 1:
-                raise FinetuneError(f"--{name} must be >= 1, got {getattr(self, name)}.")
-        for name in ("max_train_samples", "max_eval_samples", "max_test_samples", "eval_steps", "logging_steps"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise FinetuneError(f"--{name} must be >= 1 (or left unset), got {value}.")
-        if not 0 < self.validation_split < 1:
-            raise FinetuneError(f"--validation_split must be between 0 and 1, got {self.validation_split}.")
-        if not 0 <= self.lora_dropout < 1:
-            raise FinetuneError(f"--lora_dropout must be in [0, 1), got {self.lora_dropout}.")
-        if self.learning_rate is not None and self.learning_rate <= 0:
-            raise FinetuneError(f"--learning_rate must be > 0, got {self.learning_rate}.")
-        if self.nan_policy not in ("stop", "skip"):
-            raise FinetuneError(f"--nan_policy must be stop or skip, got {self.nan_policy!r}.")
-        if self.max_steps <= 0 and self.num_train_epochs <= 0:
-            raise FinetuneError("Set --num_train_epochs > 0 or --max_steps > 0.")
-        if self.task == QUESTION_ANSWERING and not 0 <= self.doc_stride < self.max_seq_length // 2:
-            raise FinetuneError(f"--doc_stride ({self.doc_stride}) must be >= 0 and below half of --max_seq_length "
-                                f"({self.max_seq_length}) so that windows advance.")
-
-    @classmethod
-    def from_file(cls, path, **overrides) -> "FinetuneArguments":
-        """Arguments from a YAML or JSON file (keys are the field names), with `overrides` applied."""
-        values = {**read_config_file(path), **overrides}
-        unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise FinetuneError(f"{path}: unknown option(s) {', '.join(unknown)}; see `hf-xfmr finetune --help`.")
-        return cls(**values)
-
-
-def read_config_file(path) -> dict:
-    """A YAML/JSON options file as a dict; numbers written like `1e-4` (a string for YAML 1.1) become floats."""
-    path = Path(path)
-    if not path.is_file():
-        raise FinetuneError(f"Options file {path} does not exist.")
-    text = path.read_text()
-    try:
-        if path.suffix == ".json":
-            values = json.loads(text)
-        else:
-            import yaml
-
-            values = yaml.safe_load(text)
-    except Exception as err:  # yaml.YAMLError / json.JSONDecodeError: both are the user's file
-        raise FinetuneError(f"Options file {path} cannot be parsed: {err}") from None
-    if not isinstance(values, dict):
-        raise FinetuneError(f"Options file {path} must hold a mapping of option names to values.")
-    hints = {f.name: f.type for f in dataclasses.fields(FinetuneArguments)}
-    for key, value in values.items():
-        if isinstance(value, str) and key in hints and float in getattr(hints[key], "__args__", (hints[key],)):
-            try:
-                values[key] = float(value)
-            except ValueError:
-                raise FinetuneError(f"Options file {path}: {key} must be a number, got {value!r}.") from None
-    return values
+# The options dataclass lives with the other training arguments; re-exported here, where it always was.
+from .arguments import FinetuneArguments, read_config_file  # noqa: E402, F401
+from ..options import parse_config_overrides  # noqa: E402
 
 
 @dataclass
@@ -516,18 +345,8 @@ def _load_tokenizer(args: FinetuneArguments, data: _TaskData):
 
 
 def _parse_overrides(text: str | None) -> dict:
-    if not text:
-        return {}
-    out = {}
-    for item in text.split(","):
-        if "=" not in item:
-            raise FinetuneError(f"--config_overrides: expected key=value, got {item!r}.")
-        key, value = (s.strip() for s in item.split("=", 1))
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
+    """--config_overrides as a dict; a malformed item is a FinetuneError."""
+    return parse_config_overrides(text, error=FinetuneError)
 
 
 def _label_kwargs(data: _TaskData) -> dict:

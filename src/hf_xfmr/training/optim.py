@@ -29,8 +29,7 @@ from collections.abc import Iterable
 
 import torch
 
-OPTIMIZERS = ("adamw", "stable_adamw")
-SCHEDULES = ("constant", "linear", "cosine", "wsd", "1-sqrt")
+from .arguments import OPTIMIZERS, SCHEDULES  # the names --optimizer and --lr_scheduler accept
 
 
 class StableAdamW(torch.optim.Optimizer):

@@ -282,27 +282,8 @@ def _config_fields(config_class) -> set[str]:
     return {k for k in vars(config_class) if not k.startswith("_")}
 
 
-def parse_config_overrides(overrides: str | dict | None) -> dict[str, Any]:
-    """'hidden_size=64,num_hidden_layers=2' (or a mapping, from YAML) -> dict; values parsed as JSON when
-    they are numbers / true / false / null, else kept as strings."""
-    if not overrides:
-        return {}
-    if isinstance(overrides, dict):
-        return dict(overrides)
-    out = {}
-    for item in str(overrides).split(","):
-        if not item.strip():
-            continue
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--config_overrides: {item!r} is not of the form field=value "
-                             "(e.g. --config_overrides hidden_size=128,num_hidden_layers=4).")
-        value = value.strip()
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out
+# One `key=value` parser for the package (hf_xfmr.options); re-exported here, where it always was.
+from ..options import parse_config_overrides  # noqa: E402
 
 
 def resolve_objective(args: PretrainArguments):
