@@ -252,3 +252,42 @@ def test_readme_starts_with_the_two_commands_and_stays_short():
                                                                                          ["make", "test"]]
     assert readme.count("\n") <= 220, "README.md is the front page: keep the manual in docs/"
 
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Names of code
+
+
+def test_every_dotted_hf_xfmr_name_and_script_path_exists():
+    """`hf_xfmr.layers.relative_t5`, `hf_xfmr.hub.export`, `tests/models/test_bert_parity.py`: what the pages
+    name in the code must exist, so a rename fails here rather than leaving the manual behind."""
+    missing = []
+    for page in doc_pages():
+        text = (ROOT / page).read_text()
+        missing += [f"{page}: {name}" for name in sorted(set(re.findall(r"\b(hf_xfmr(?:\.\w+)+)", text)))
+                    if resolve(name) is None]
+        for path in sorted(set(re.findall(r"(?<![\w/.-])((?:tests|examples|benchmarks|src|hf_xfmr)/[\w/.-]*\.py)\b", text))):
+            if not (ROOT / path).is_file() and not (ROOT / "src" / path).is_file():
+                missing.append(f"{page}: {path}")
+    assert not missing, "names the pages give that do not exist:\n" + "\n".join(missing)
+
+
+def resolve(dotted: str):
+    """The module, or the attribute of the longest importable module prefix, that `dotted` names; None if none."""
+    import importlib
+
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr, None)
+        return obj
+    return None
+
+
+def test_resolve_finds_modules_and_attributes_and_nothing_else():
+    assert resolve("hf_xfmr.hub.export") is not None and resolve("hf_xfmr.models.registry.OBJECTIVES") is not None
+    assert resolve("hf_xfmr.layers.no_such_module") is None and resolve("hf_xfmr.cli.command.NoSuchName") is None
