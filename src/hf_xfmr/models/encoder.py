@@ -8,7 +8,8 @@ one definition each, so the copies cannot drift apart.
 - `MaskedLMPredictionHead`: dense -> activation -> LayerNorm -> decoder onto the vocabulary.
 - `EncoderStack.run_encoder`: the body of an encoder's forward between its input checks and its output
   class: the padding decision, the embeddings, the layers (with the hidden states and attention weights
-  collected on request) and the padded layout restored.
+  collected on request) and the padded layout restored. `PooledEncoderStack.forward`: the whole forward
+  of an encoder with token types and an optional [CLS] pooler (BERT, RoBERTa, ALBERT).
 - `collect`: append to an optional tuple of per-layer outputs (every stack's `output_hidden_states`).
 
 Parameter names are the ones every hf_xfmr model uses (`q_proj`, `k_proj`, `v_proj`, `o_proj`; `dense`,
@@ -20,10 +21,12 @@ size), H heads, D head size (C / H), V vocabulary size, N number of real (unpadd
 
 import torch
 from torch import nn
+from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from ..layers.attention import resolve_kernel, self_attention
 from ..layers.mlp import get_activation
 from ..layers.padding import encoder_padding
+from .input_checks import check_encoder_inputs
 
 
 def collect(collected: tuple | None, item) -> tuple | None:
@@ -105,6 +108,12 @@ class EncoderStack:
     ZeRO-3 every process must run the same sequence, or they hang.
     """
 
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
     def run_encoder(self, layers, inputs: dict, attention_mask, seq_len: int, output_attentions: bool,
                     output_hidden_states: bool):
         """Embed `inputs` (the embeddings' keyword arguments, `position_ids` among them) and run `layers`.
@@ -133,6 +142,48 @@ class EncoderStack:
             if output_hidden_states:
                 all_hidden_states = tuple(varlen.pad(h) for h in all_hidden_states)
         return hidden_states, all_hidden_states, all_attentions
+
+
+class PooledEncoderStack(EncoderStack):
+    """Mixin: the forward of an encoder with token type embeddings and an optional [CLS] pooler (`self.pooler`,
+    None without one), which returns a `BaseModelOutputWithPooling`. The model states `encoder_layers()`
+    (its layers in the order they run) and `position_limits()` (`check_encoder_inputs`' position arguments)."""
+
+    def encoder_layers(self):
+        return self.layers
+
+    def position_limits(self) -> dict:
+        return {"max_positions": self.config.max_position_embeddings}
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ):
+        """input_ids / token_type_ids / position_ids / attention_mask (B, T), or inputs_embeds (B, T, width of
+        the word embeddings). `hidden_states` holds the embeddings' output and every layer's."""
+        _, seq_len = check_encoder_inputs(
+            input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
+            vocab_size=self.config.vocab_size, type_vocab_size=self.config.type_vocab_size, **self.position_limits(),
+        )
+        output_attentions, output_hidden_states, return_dict = self.output_flags(
+            output_attentions, output_hidden_states, return_dict)
+        inputs = {"input_ids": input_ids, "token_type_ids": token_type_ids, "position_ids": position_ids,
+                  "inputs_embeds": inputs_embeds}
+        hidden_states, all_hidden_states, all_attentions = self.run_encoder(
+            self.encoder_layers(), inputs, attention_mask, seq_len, output_attentions, output_hidden_states)
+        pooled = self.pooler(hidden_states) if self.pooler is not None else None
+        output = BaseModelOutputWithPooling(
+            last_hidden_state=hidden_states, pooler_output=pooled,
+            hidden_states=all_hidden_states, attentions=all_attentions,
+        )
+        return output if return_dict else output.to_tuple()
 
 
 def default_position_ids(input_ids, seq_len: int, device) -> torch.Tensor:

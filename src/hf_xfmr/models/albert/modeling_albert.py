@@ -36,16 +36,14 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutputWithPooling, ModelOutput
+from transformers.modeling_outputs import ModelOutput
 
 from ...layers.dropout import Dropout
-from ...layers.init import normal_init_
 from ...layers.mlp import MLP
 from ..encoder import (
     EncoderSelfAttention,
-    EncoderStack,
+    PooledEncoderStack,
     MaskedLMPredictionHead,
     TanhPooler,
     default_position_ids,
@@ -60,9 +58,9 @@ from ..heads import (
     TokenClassificationHead,
     masked_lm_logits_and_loss,
 )
-from ..input_checks import check_encoder_inputs, check_labels_shape
-from ..load_hook import ConvertsOnLoad
+from ..input_checks import check_labels_shape
 from ..losses import token_loss
+from ..pretrained import XfmrPreTrainedModel
 from .configuration_albert import XfmrAlbertConfig
 
 
@@ -135,22 +133,17 @@ class XfmrAlbertPooler(TanhPooler):
         super().__init__(config.hidden_size)
 
 
-class XfmrAlbertPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
+class XfmrAlbertPreTrainedModel(XfmrPreTrainedModel):
     config_class = XfmrAlbertConfig
-    base_model_prefix = "model"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = True
     _no_split_modules = ["XfmrAlbertLayerGroup"]
-    _supports_sdpa = True
-    _supports_flash_attn = False  # padded batches would need unpadding
-    _supports_flex_attn = False
-
-    def _init_weights(self, module):
-        normal_init_(module, self.config.initializer_range)
 
 
-class XfmrAlbertModel(EncoderStack, XfmrAlbertPreTrainedModel):
-    """The encoder: factorised embeddings, `num_hidden_layers` applications of shared layers, optional pooler."""
+class XfmrAlbertModel(PooledEncoderStack, XfmrAlbertPreTrainedModel):
+    """The encoder: factorised embeddings, `num_hidden_layers` applications of shared layers, optional pooler.
+
+    The forward is BERT's (`models.encoder.PooledEncoderStack.forward`); `inputs_embeds` is (B, T, E), and
+    `hidden_states` holds the projected embeddings and the output of every layer application
+    (1 + num_hidden_layers * inner_group_num entries)."""
 
     def __init__(self, config, add_pooling_layer: bool = True):
         super().__init__(config)
@@ -159,52 +152,14 @@ class XfmrAlbertModel(EncoderStack, XfmrAlbertPreTrainedModel):
         self.pooler = XfmrAlbertPooler(config) if add_pooling_layer else None
         self.post_init()
 
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
-
     def layer_schedule(self):
         """The layers in the order they are applied: `num_hidden_layers` x `inner_group_num` entries."""
         per_group = self.config.num_hidden_layers // self.config.num_hidden_groups
         return [layer for i in range(self.config.num_hidden_layers)
                 for layer in self.layer_groups[i // per_group].layers]
 
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-    ):
-        """Inputs as for BERT; `inputs_embeds` is (B, T, E). `hidden_states` holds the projected embeddings
-        and the output of every layer application (1 + num_hidden_layers * inner_group_num entries)."""
-        _, seq_len = check_encoder_inputs(
-            input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
-            vocab_size=self.config.vocab_size, type_vocab_size=self.config.type_vocab_size,
-            max_positions=self.config.max_position_embeddings,
-        )
-        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = (
-            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        )
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-
-        inputs = {"input_ids": input_ids, "token_type_ids": token_type_ids, "position_ids": position_ids,
-                  "inputs_embeds": inputs_embeds}
-        hidden_states, all_hidden_states, all_attentions = self.run_encoder(
-            self.layer_schedule(), inputs, attention_mask, seq_len, output_attentions, output_hidden_states)
-        pooled = self.pooler(hidden_states) if self.pooler is not None else None
-        output = BaseModelOutputWithPooling(
-            last_hidden_state=hidden_states, pooler_output=pooled,
-            hidden_states=all_hidden_states, attentions=all_attentions,
-        )
-        return output if return_dict else output.to_tuple()
+    def encoder_layers(self):
+        return self.layer_schedule()
 
 
 class XfmrAlbertLMHead(MaskedLMPredictionHead):

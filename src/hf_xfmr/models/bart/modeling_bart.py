@@ -41,7 +41,6 @@ import math
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
 from transformers.cache_utils import EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPast, Seq2SeqModelOutput
@@ -62,9 +61,9 @@ from ..generation import (
 )
 from ..heads import QuestionAnsweringHead, SequenceClassificationHead
 from ..input_checks import check_attention_mask, check_encoder_inputs, check_id_dtype
-from ..load_hook import ConvertsOnLoad
 from ..seq2seq import (DecoderInputsFromInputs, EncoderEntry, EosClassifier, Seq2SeqAttention, Seq2SeqLMHead,
                        shift_tokens_right)
+from ..pretrained import XfmrPreTrainedModel
 from .configuration_bart import XfmrBartConfig
 
 POSITION_OFFSET = 2  # fairseq's learned position tables start at row 2 (rows 0-1 were reserved for padding)
@@ -241,16 +240,10 @@ class XfmrBartStack(nn.Module):
         return hidden_states, all_hidden, all_self, all_cross
 
 
-class XfmrBartPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
+class XfmrBartPreTrainedModel(XfmrPreTrainedModel):
     config_class = XfmrBartConfig
-    base_model_prefix = "model"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = True
     _no_split_modules = ["XfmrBartLayer"]
     _skip_keys_device_placement = ["past_key_values", "cache"]
-    _supports_sdpa = True
-    _supports_flash_attn = False  # padded batches would need unpadding
-    _supports_flex_attn = False
 
     def _init_weights(self, module):
         """Linear and embedding weights ~ N(0, init_std), biases 0, the padding row 0, norms to identity."""
@@ -296,8 +289,7 @@ class XfmrBartModel(XfmrBartPreTrainedModel):
     def run_encoder(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
                     output_hidden_states=None):
         config = self.config
-        output_attentions = config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        output_attentions, output_hidden_states, _ = self.output_flags(output_attentions, output_hidden_states, None)
         embeds = self.embed(input_ids, inputs_embeds, config.max_position_embeddings)  # (B, S, C)
         _check_mask("attention_mask", attention_mask, embeds)
         hidden, all_hidden, all_attn, _ = self.encoder(embeds, attention_mask, output_attentions=output_attentions,
@@ -310,8 +302,8 @@ class XfmrBartModel(XfmrBartPreTrainedModel):
         """`past_key_values` (or `cache`): an `EncoderDecoderCache` from an earlier decoding step."""
         config = self.config
         past_key_values = cache if cache is not None else past_key_values
-        output_attentions = config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        output_attentions, output_hidden_states, return_dict = self.output_flags(
+            output_attentions, output_hidden_states, return_dict)
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             if input_ids is None:
                 raise ValueError("XfmrBartModel needs `decoder_input_ids` (or `decoder_inputs_embeds`), or `input_ids` "
@@ -354,7 +346,6 @@ class XfmrBartModel(XfmrBartPreTrainedModel):
             encoder_last_hidden_state=encoder_hidden, encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
         )
-        return_dict = config.return_dict if return_dict is None else return_dict
         return output if return_dict else output.to_tuple()
 
 
@@ -383,8 +374,8 @@ class XfmrBartDecoderModel(XfmrBartPreTrainedModel):
         past_key_values = cache if cache is not None else past_key_values
         batch, seq_len = check_encoder_inputs(input_ids, inputs_embeds, None, None, None, vocab_size=config.vocab_size,
                                               type_vocab_size=None, max_positions=None)
-        output_attentions = config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        output_attentions, output_hidden_states, return_dict = self.output_flags(
+            output_attentions, output_hidden_states, return_dict)
         if use_cache is None:
             use_cache = config.use_cache and not self.training
         if replayed_by_checkpointing(self.decoder.layers):
@@ -412,7 +403,6 @@ class XfmrBartDecoderModel(XfmrBartPreTrainedModel):
         )
         output = BaseModelOutputWithPast(last_hidden_state=hidden, past_key_values=past_key_values if use_cache else None,
                                          hidden_states=all_hidden, attentions=all_self)
-        return_dict = config.return_dict if return_dict is None else return_dict
         return output if return_dict else output.to_tuple()
 
 

@@ -26,16 +26,14 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutputWithPooling, ModelOutput
+from transformers.modeling_outputs import ModelOutput
 
 from ...layers.dropout import Dropout
-from ...layers.init import normal_init_
 from ...layers.mlp import MLP
 from ..encoder import (
     EncoderSelfAttention,
-    EncoderStack,
+    PooledEncoderStack,
     MaskedLMPredictionHead,
     TanhPooler,
     default_position_ids,
@@ -49,9 +47,9 @@ from ..heads import (
     TokenClassificationHead,
     masked_lm_logits_and_loss,
 )
-from ..input_checks import check_encoder_inputs, check_labels_shape
-from ..load_hook import ConvertsOnLoad
+from ..input_checks import check_labels_shape
 from ..losses import token_loss
+from ..pretrained import XfmrPreTrainedModel
 from .configuration_bert import XfmrBertConfig
 
 
@@ -118,25 +116,16 @@ class XfmrBertPooler(TanhPooler):
         super().__init__(config.hidden_size)
 
 
-class XfmrBertPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
+class XfmrBertPreTrainedModel(XfmrPreTrainedModel):
     config_class = XfmrBertConfig
-    base_model_prefix = "model"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = True
     _no_split_modules = ["XfmrBertLayer"]
-    _supports_sdpa = True
-    _supports_flash_attn = False  # padded batches would need unpadding; see the ModernBERT port
-    _supports_flex_attn = False
-
-    def _init_weights(self, module):
-        normal_init_(module, self.config.initializer_range)
 
 
-class XfmrBertModel(EncoderStack, XfmrBertPreTrainedModel):
+class XfmrBertModel(PooledEncoderStack, XfmrBertPreTrainedModel):
     """The encoder: embeddings, `num_hidden_layers` post-LN layers and an optional [CLS] pooler.
 
     With `config.unpad_inputs` (the default) right-padded batches run on their real tokens only and the
-    outputs at padding positions are zeros (`models.encoder.EncoderStack.run_encoder`).
+    outputs at padding positions are zeros. The forward is `models.encoder.PooledEncoderStack.forward`.
     """
 
     embeddings_class = XfmrBertEmbeddings
@@ -157,44 +146,10 @@ class XfmrBertModel(EncoderStack, XfmrBertPreTrainedModel):
     def use_unpadding(self, value: bool):
         self.config.unpad_inputs = bool(value)
 
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
-
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-    ):
-        _, seq_len = check_encoder_inputs(
-            input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
-            vocab_size=self.config.vocab_size, type_vocab_size=self.config.type_vocab_size,
-            max_positions=self.embeddings.max_length, position_table_size=self.config.max_position_embeddings,
-        )
-        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = (
-            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        )
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-
-        inputs = {"input_ids": input_ids, "token_type_ids": token_type_ids, "position_ids": position_ids,
-                  "inputs_embeds": inputs_embeds}
-        hidden_states, all_hidden_states, all_attentions = self.run_encoder(
-            self.layers, inputs, attention_mask, seq_len, output_attentions, output_hidden_states)
-        pooled = self.pooler(hidden_states) if self.pooler is not None else None
-        output = BaseModelOutputWithPooling(
-            last_hidden_state=hidden_states, pooler_output=pooled,
-            hidden_states=all_hidden_states, attentions=all_attentions,
-        )
-        return output if return_dict else output.to_tuple()
+    def position_limits(self) -> dict:
+        """RoBERTa's positions start past its padding index: fewer tokens fit than the table has rows."""
+        return {"max_positions": self.embeddings.max_length,
+                "position_table_size": self.config.max_position_embeddings}
 
 
 class XfmrBertLMHead(MaskedLMPredictionHead):

@@ -27,7 +27,6 @@ size, N number of real (unpadded) tokens or of labelled (masked) positions.
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput
@@ -45,7 +44,7 @@ from ..heads import (
     TokenClassificationHead,
 )
 from ..input_checks import check_encoder_inputs
-from ..load_hook import ConvertsOnLoad
+from ..pretrained import XfmrPreTrainedModel
 from .configuration_distilbert import XfmrDistilBertConfig
 
 LAYER_NORM_EPS = 1e-12  # fixed in DistilBERT (not a config field)
@@ -111,15 +110,9 @@ class XfmrDistilBertLayer(GradientCheckpointingLayer):
         return hidden_states, weights
 
 
-class XfmrDistilBertPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
+class XfmrDistilBertPreTrainedModel(XfmrPreTrainedModel):
     config_class = XfmrDistilBertConfig
-    base_model_prefix = "model"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = True
     _no_split_modules = ["XfmrDistilBertLayer"]
-    _supports_sdpa = True
-    _supports_flash_attn = False  # padded batches would need unpadding
-    _supports_flex_attn = False
 
     def _init_weights(self, module):
         normal_init_(module, self.config.initializer_range)
@@ -135,12 +128,6 @@ class XfmrDistilBertModel(EncoderStack, XfmrDistilBertPreTrainedModel):
         self.embeddings = XfmrDistilBertEmbeddings(config)
         self.layers = nn.ModuleList(XfmrDistilBertLayer(config, i) for i in range(config.n_layers))
         self.post_init()
-
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
 
     def get_position_embeddings(self):
         return self.embeddings.position_embeddings
@@ -160,11 +147,8 @@ class XfmrDistilBertModel(EncoderStack, XfmrDistilBertPreTrainedModel):
             vocab_size=self.config.vocab_size, type_vocab_size=None,
             max_positions=self.config.max_position_embeddings,
         )
-        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = (
-            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        )
-        return_dict = self.config.return_dict if return_dict is None else return_dict
+        output_attentions, output_hidden_states, return_dict = self.output_flags(
+            output_attentions, output_hidden_states, return_dict)
 
         inputs = {"input_ids": input_ids, "position_ids": position_ids, "inputs_embeds": inputs_embeds}
         hidden_states, all_hidden_states, all_attentions = self.run_encoder(

@@ -40,7 +40,6 @@ import math
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
@@ -66,7 +65,7 @@ from ..heads import (
     TokenClassificationHead,
 )
 from ..input_checks import check_encoder_inputs
-from ..load_hook import ConvertsOnLoad
+from ..pretrained import XfmrPreTrainedModel
 from .configuration_gpt import XfmrGPTConfig
 
 
@@ -162,16 +161,10 @@ class XfmrGPTLayer(GradientCheckpointingLayer):
         return hidden_states, weights
 
 
-class XfmrGPTPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
+class XfmrGPTPreTrainedModel(XfmrPreTrainedModel):
     config_class = XfmrGPTConfig
-    base_model_prefix = "model"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = True
     _no_split_modules = ["XfmrGPTLayer"]
     _skip_keys_device_placement = ["past_key_values"]
-    _supports_sdpa = True
-    _supports_flash_attn = False  # padded batches would need unpadding
-    _supports_flex_attn = False
 
     def _init_weights(self, module):
         std = self.config.initializer_range
@@ -242,9 +235,8 @@ class XfmrGPTModel(XfmrGPTPreTrainedModel):
             has_4d_mask = attention_mask is not None and attention_mask.dim() == 4
             documents = None if has_4d_mask else packed_document_ids(position_ids, past_length)  # (B, T) | None
 
-        output_attentions = config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        return_dict = config.return_dict if return_dict is None else return_dict
+        output_attentions, output_hidden_states, return_dict = self.output_flags(
+            output_attentions, output_hidden_states, return_dict)
 
         # One decision per forward (one host read, none when compiling): the real tokens only, or the padded
         # layout with a mask, or without one (a 2-D mask of all ones is dropped so SDPA takes its causal kernel).

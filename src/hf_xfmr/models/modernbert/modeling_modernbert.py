@@ -26,7 +26,6 @@ V vocabulary size, K number of choices.
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput
 
@@ -56,8 +55,8 @@ from ..heads import (
     pool_mean,
 )
 from ..input_checks import check_encoder_inputs, check_labels_shape
-from ..load_hook import ConvertsOnLoad
 from ..losses import IGNORE_INDEX, mean_over_items
+from ..pretrained import XfmrPreTrainedModel
 from .configuration_modernbert import XfmrModernBertConfig
 
 
@@ -133,15 +132,10 @@ class XfmrModernBertLayer(GradientCheckpointingLayer):
         return hidden_states, weights
 
 
-class XfmrModernBertPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
+class XfmrModernBertPreTrainedModel(XfmrPreTrainedModel):
     config_class = XfmrModernBertConfig
-    base_model_prefix = "model"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = True
     _no_split_modules = ["XfmrModernBertEmbeddings", "XfmrModernBertLayer"]
-    _supports_sdpa = True
     _supports_flash_attn = True  # unpadded: flash-attn's varlen kernel, with its sliding window
-    _supports_flex_attn = False
 
     def _init_weights(self, module):
         """Truncated normal (+-cutoff * std); output projections scaled by 1 / sqrt(2 * layers), task
@@ -207,11 +201,8 @@ class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
             vocab_size=self.config.vocab_size, type_vocab_size=None,
             max_positions=self.config.max_position_embeddings,  # explicit position_ids: also the RoPE range
         )
-        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = (
-            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        )
-        return_dict = self.config.return_dict if return_dict is None else return_dict
+        output_attentions, output_hidden_states, return_dict = self.output_flags(
+            output_attentions, output_hidden_states, return_dict)
         device = (input_ids if input_ids is not None else inputs_embeds).device
         varlen = varlen_batch(attention_mask, batch, seq_len, cu_seqlens, device=device)
 

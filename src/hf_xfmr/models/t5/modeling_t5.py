@@ -35,7 +35,6 @@ H heads, D d_kv, F d_ff, V vocabulary, N real (unpadded) encoder tokens, L the l
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqModelOutput
 
@@ -50,8 +49,8 @@ from ...layers.relative_t5 import relative_position_bias
 from ..generation import cached_length, prepare_cache
 from ..heads import QuestionAnsweringHead, SequenceClassificationHead, TokenClassificationHead
 from ..input_checks import check_attention_mask, check_encoder_inputs, check_tensor
-from ..load_hook import ConvertsOnLoad
 from ..seq2seq import DecoderInputsFromInputs, EncoderEntry, EosClassifier, Seq2SeqAttention, Seq2SeqLMHead
+from ..pretrained import XfmrPreTrainedModel
 from .configuration_t5 import XfmrT5Config
 
 
@@ -270,16 +269,11 @@ class XfmrT5Stack(nn.Module):
         return hidden_states, all_hidden, all_self, all_cross
 
 
-class XfmrT5PreTrainedModel(ConvertsOnLoad, PreTrainedModel):
+class XfmrT5PreTrainedModel(XfmrPreTrainedModel):
     config_class = XfmrT5Config
-    base_model_prefix = "model"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = True
     _no_split_modules = ["XfmrT5Layer"]
     _skip_keys_device_placement = ["past_key_values", "cache"]
-    _supports_sdpa = True
     _supports_flash_attn = False  # the relative bias is an additive mask
-    _supports_flex_attn = False
 
     def _init_weights(self, module):
         """T5's Mesh TensorFlow init: N(0, std) with the std each module was tagged with (`init_std`),
@@ -335,8 +329,7 @@ class XfmrT5EncoderModel(XfmrT5PreTrainedModel):
     def run_encoder(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
                     output_hidden_states=None):
         config = self.config
-        output_attentions = config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        output_attentions, output_hidden_states, _ = self.output_flags(output_attentions, output_hidden_states, None)
         embeds = _embed(self.shared, input_ids, inputs_embeds, config.vocab_size, "input_ids")  # (B, S, C)
         _check_mask("attention_mask", attention_mask, embeds)
         hidden, all_hidden, all_attn, _ = self.encoder(embeds, attention_mask, output_attentions=output_attentions,
@@ -367,8 +360,8 @@ class XfmrT5Model(XfmrT5EncoderModel):
         `past_key_values` (or `cache`): an `EncoderDecoderCache` from an earlier decoding step."""
         config = self.config
         past_key_values = cache if cache is not None else past_key_values
-        output_attentions = config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        output_attentions, output_hidden_states, return_dict = self.output_flags(
+            output_attentions, output_hidden_states, return_dict)
         encoder_ran = encoder_outputs is None
         if encoder_outputs is None:
             encoder_outputs = self.run_encoder(input_ids, attention_mask, inputs_embeds, output_attentions,
@@ -401,7 +394,6 @@ class XfmrT5Model(XfmrT5EncoderModel):
             encoder_last_hidden_state=encoder_hidden, encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
         )
-        return_dict = config.return_dict if return_dict is None else return_dict
         return output if return_dict else output.to_tuple()
 
 

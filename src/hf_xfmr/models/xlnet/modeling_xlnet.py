@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
@@ -73,7 +73,7 @@ from ..heads import (
     TaskHead,
 )
 from ..input_checks import check_encoder_inputs, check_value_range
-from ..load_hook import ConvertsOnLoad
+from ..pretrained import XfmrPreTrainedModel
 from .configuration_xlnet import XfmrXLNetConfig
 
 
@@ -238,15 +238,10 @@ class XfmrXLNetLayer(GradientCheckpointingLayer):
         return new_h, new_g, w_h, w_g
 
 
-class XfmrXLNetPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
+class XfmrXLNetPreTrainedModel(XfmrPreTrainedModel):
     config_class = XfmrXLNetConfig
-    base_model_prefix = "model"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = True
     _no_split_modules = ["XfmrXLNetLayer"]
-    _supports_sdpa = True
     _supports_flash_attn = False  # the relative-position term is a per-pair bias
-    _supports_flex_attn = False
 
     def _init_weights(self, module):
         std = self.config.initializer_range
@@ -453,9 +448,8 @@ class XfmrXLNetModel(XfmrXLNetPreTrainedModel):
         self._check_inputs(batch, qlen, mems, perm_mask, target_mapping, perm_ranks, target_positions,
                            attention_mask, input_mask)
         use_mems = self._use_mems(use_mems, qlen)
-        output_attentions = config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        return_dict = config.return_dict if return_dict is None else return_dict
+        output_attentions, output_hidden_states, return_dict = self.output_flags(
+            output_attentions, output_hidden_states, return_dict)
 
         h = self.embeddings.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds  # (B, L, C)
         device, dtype = h.device, h.dtype

@@ -1,0 +1,43 @@
+"""`XfmrPreTrainedModel`: the base every architecture's `Xfmr<Arch>PreTrainedModel` derives from.
+
+It holds what was the same in all nine: the backbone under `model` (`base_model_prefix`), `input_ids` as
+the main input, gradient checkpointing, the kernels (sdpa yes; flash-attn and flex no unless the
+architecture says so), conversion of transformers checkpoints on load (`load_hook.ConvertsOnLoad`), the
+default initialisation (`layers.init.normal_init_` with `config.initializer_range`) and the defaults of
+the three output switches of a forward (`output_flags`). An architecture states its `config_class` and
+`_no_split_modules` and overrides what differs.
+"""
+
+from transformers import PreTrainedModel
+
+from ..layers.init import normal_init_
+from .load_hook import ConvertsOnLoad
+
+
+class XfmrPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
+    """Shared class attributes and defaults of the hf_xfmr models (see the module docstring)."""
+
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = False  # padded batches would need unpadding (ModernBERT unpads and says True)
+    _supports_flex_attn = False
+
+    @classmethod
+    def _can_set_attn_implementation(cls) -> bool:
+        """True: every attention layer reads `config._attn_implementation` at each call and picks its kernel
+        through `layers.attention.resolve_kernel` (transformers' AttentionInterface), so
+        `set_attn_implementation` takes effect. (transformers guesses this from the modeling file's source,
+        which names the interface only through `resolve_kernel`.)"""
+        return True
+
+    def _init_weights(self, module):
+        normal_init_(module, self.config.initializer_range)
+
+    def output_flags(self, output_attentions, output_hidden_states, return_dict) -> tuple[bool, bool, bool]:
+        """(output_attentions, output_hidden_states, return_dict) of a forward: each as given, else the config's."""
+        config = self.config
+        return (config.output_attentions if output_attentions is None else output_attentions,
+                config.output_hidden_states if output_hidden_states is None else output_hidden_states,
+                config.return_dict if return_dict is None else return_dict)
