@@ -2,7 +2,7 @@
 weights through `hf_xfmr.from_transformers`."""
 
 from .harness import BenchCase, register_case
-from .mlm import encoder_mlm_case
+from .mlm import encoder_mlm_case, sdpa_masked_lm
 
 # Headline size (the issue's): hidden 256, 4 layers, 4 heads, ALBERT's vocabulary and embedding size.
 MLM_SIZES = dict(hidden=256, embedding=128, layers=4, groups=1, heads=4, ffn=1024, vocab=30000, max_positions=512,
@@ -14,13 +14,9 @@ TINY_SIZES = dict(hidden=32, embedding=16, layers=2, groups=1, heads=2, ffn=64, 
 def _reference(s: dict) -> tuple:
     """Reference `AlbertForMaskedLM(config)` (sdpa, ALBERT's default dropout 0) with random weights; ours
     converted from it (see bench/mlm.py)."""
-    import transformers
-
-    config = dict(vocab_size=s["vocab"], embedding_size=s["embedding"], hidden_size=s["hidden"],
-                  num_hidden_layers=s["layers"], num_hidden_groups=s["groups"], num_attention_heads=s["heads"],
-                  intermediate_size=s["ffn"], max_position_embeddings=s["max_positions"])
-    return (lambda: transformers.AlbertForMaskedLM._from_config(transformers.AlbertConfig(**config),
-                                                                attn_implementation="sdpa"),
+    return (sdpa_masked_lm("Albert", vocab_size=s["vocab"], embedding_size=s["embedding"], hidden_size=s["hidden"],
+                           num_hidden_layers=s["layers"], num_hidden_groups=s["groups"], num_attention_heads=s["heads"],
+                           intermediate_size=s["ffn"], max_position_embeddings=s["max_positions"]),
             f"AlbertForMaskedLM hidden {s['hidden']}, embedding {s['embedding']}, {s['layers']} layers "
             f"({s['groups']} group), {s['heads']} heads, FFN {s['ffn']}, vocab {s['vocab']}")
 

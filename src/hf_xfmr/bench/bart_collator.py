@@ -4,12 +4,10 @@
     python -m hf_xfmr.bench.bart_collator [--batch-size 8] [--text-length 510] [--repeats 40]
 """
 
-import argparse
-
 import numpy as np
 import torch
 
-from .collators import interleaved_medians
+from .collators import per_example_main, versus_per_example
 
 
 def text_infilling_per_example(examples, mask_token_id: int, bos_token_id: int, eos_token_id: int,
@@ -64,25 +62,14 @@ def benchmark_text_infilling(batch_size: int = 8, text_length: int = 510, repeat
     fns = {"ours": ours, "per-example": lambda b: text_infilling_per_example(b, **special, generator=g)}
     for fn in fns.values():
         assert fn(batches[0])["labels"].shape == (batch_size, text_length + 2)
-    medians = interleaved_medians(fns, batches, repeats, warmup)
     return {"collator": "text infilling (BART)", "batch_size": batch_size, "text_tokens": text_length,
-            **{f"{name}_examples_per_s": batch_size / medians[name] for name in fns},
-            "speedup": medians["per-example"] / medians["ours"]}
+            **versus_per_example(fns, batches, repeats, warmup, batch_size)}
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m hf_xfmr.bench.bart_collator",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--text-length", type=int, default=510)
-    parser.add_argument("--repeats", type=int, default=40)
-    parser.add_argument("--warmup", type=int, default=5)
-    args = parser.parse_args(argv)
-    row = benchmark_text_infilling(args.batch_size, args.text_length, args.repeats, args.warmup)
-    print("| collator | batch | text tokens | ours ex/s | per-example ex/s | speedup |")
-    print("|---|---|---|---|---|---|")
-    print(f"| {row['collator']} | {row['batch_size']} | {row['text_tokens']} | {row['ours_examples_per_s']:.0f} | "
-          f"{row['per-example_examples_per_s']:.0f} | {row['speedup']:.1f}x |")
+    per_example_main(argv, prog="python -m hf_xfmr.bench.bart_collator", description=__doc__.splitlines()[0],
+                     benchmark=benchmark_text_infilling, length_flag="--text-length", length_default=510,
+                     length_header="text tokens", length_cell=lambda row: row["text_tokens"])
 
 
 if __name__ == "__main__":

@@ -16,9 +16,10 @@ import time
 import torch
 
 from ..data.corpus import default_corpus, document_text
+from .harness import table_lines, torch_threads
 
 
-def _rows(tokenizer, seq_len: int, n: int, xlnet: bool) -> list[dict]:
+def corpus_rows(tokenizer, seq_len: int, n: int, xlnet: bool) -> list[dict]:
     """`n` examples of exactly `seq_len` tokens, text taken in corpus order.
 
     Layout `[A, <sep>, B, <sep>, <cls>]` for XLNet, `[CLS] text [SEP]` for BERT.
@@ -70,17 +71,14 @@ def benchmark_collators(batch_size: int = 8, seq_len: int = 512, repeats: int = 
     from ..data.plm import DataCollatorForPLM
     from ..data.tokenizers import train_tokenizer
 
-    previous_threads = torch.get_num_threads()
-    if num_threads:
-        torch.set_num_threads(num_threads)
-    try:
+    with torch_threads(num_threads):
         torch.manual_seed(0)
         docs = default_corpus(200)
         xlnet_tok = train_tokenizer("xlnet", docs, 2000)
         bert_tok = train_tokenizer("bert", docs, 4000)
         n_batches = 4
-        plm_rows = _rows(xlnet_tok, seq_len, batch_size * n_batches, xlnet=True)
-        mlm_rows = _rows(bert_tok, seq_len, batch_size * n_batches, xlnet=False)
+        plm_rows = corpus_rows(xlnet_tok, seq_len, batch_size * n_batches, xlnet=True)
+        mlm_rows = corpus_rows(bert_tok, seq_len, batch_size * n_batches, xlnet=False)
         split = lambda rows: [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]  # noqa: E731
         plm_batches = [[{"input_ids": r["input_ids"]} for r in b] for b in split(plm_rows)]
         mlm_batches = split(mlm_rows)
@@ -109,14 +107,40 @@ def benchmark_collators(batch_size: int = 8, seq_len: int = 512, repeats: int = 
                 "ratio": t["ref"] / t["ours"], "threads": torch.get_num_threads(),
             })
         return results
-    finally:
-        torch.set_num_threads(previous_threads)
 
 
 def markdown_table(rows: list[dict]) -> str:
-    lines = ["| collator | reference | batch x seq | threads | ours (ex/s) | reference (ex/s) | speed-up |",
-             "|---|---|---|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['name']} | `{r['reference']}` | {r['batch_size']} x {r['seq_len']} | {r['threads']} | "
-                     f"{r['ours_per_s']:.0f} | {r['ref_per_s']:.1f} | {r['ratio']:.1f}x |")
-    return "\n".join(lines)
+    """The rows of `benchmark_collators` as a markdown table."""
+    return "\n".join(table_lines(
+        ["collator", "reference", "batch x seq", "threads", "ours (ex/s)", "reference (ex/s)", "speed-up"], "lllrrrr",
+        [[r["name"], f"`{r['reference']}`", f"{r['batch_size']} x {r['seq_len']}", r["threads"], f"{r['ours_per_s']:.0f}",
+          f"{r['ref_per_s']:.1f}", f"{r['ratio']:.1f}x"] for r in rows]))
+
+
+def versus_per_example(fns: dict, batches: list, repeats: int, warmup: int, batch_size: int) -> dict:
+    """Examples per second of "ours" and of the "per-example" baseline in `fns` (interleaved runs, median time
+    per batch) and the speedup of ours: the figures of bench/bart_collator.py and bench/t5_collator.py."""
+    medians = interleaved_medians(fns, batches, repeats, warmup)
+    return {**{f"{name}_examples_per_s": batch_size / medians[name] for name in fns},
+            "speedup": medians["per-example"] / medians["ours"]}
+
+
+def per_example_main(argv, *, prog: str, description: str, benchmark, length_flag: str, length_default: int,
+                     length_header: str, length_cell) -> None:
+    """The command line of a collator-against-a-per-example-baseline benchmark: parse the batch size, the
+    length (`length_flag`), repeats and warm-up, run `benchmark(batch_size, length, repeats, warmup)` and
+    print its row as a markdown table (`length_cell(row)` fills the `length_header` column)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument(length_flag, type=int, default=length_default)
+    parser.add_argument("--repeats", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=5)
+    args = parser.parse_args(argv)
+    length = getattr(args, length_flag.lstrip("-").replace("-", "_"))
+    row = benchmark(args.batch_size, length, args.repeats, args.warmup)
+    print("\n".join(table_lines(
+        ["collator", "batch", length_header, "ours ex/s", "per-example ex/s", "speedup"], "llllll",
+        [[row["collator"], row["batch_size"], length_cell(row), f"{row['ours_examples_per_s']:.0f}",
+          f"{row['per-example_examples_per_s']:.0f}", f"{row['speedup']:.1f}x"]])))

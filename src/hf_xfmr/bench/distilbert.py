@@ -2,7 +2,7 @@
 identical weights through `hf_xfmr.from_transformers`."""
 
 from .harness import BenchCase, register_case
-from .mlm import encoder_mlm_case
+from .mlm import encoder_mlm_case, sdpa_masked_lm
 
 # Headline size (the issue's): hidden 256, 4 layers, 4 heads, the BERT vocabulary.
 MLM_SIZES = dict(hidden=256, layers=4, heads=4, ffn=1024, vocab=30522, max_positions=512, batch=8, seq=512)
@@ -12,12 +12,8 @@ TINY_SIZES = dict(hidden=32, layers=2, heads=2, ffn=64, vocab=512, max_positions
 def _reference(s: dict) -> tuple:
     """Reference `DistilBertForMaskedLM(config)` (sdpa, DistilBERT's default dropouts 0.1) with random weights;
     ours converted from it (see bench/mlm.py)."""
-    import transformers
-
-    config = dict(vocab_size=s["vocab"], dim=s["hidden"], n_layers=s["layers"], n_heads=s["heads"],
-                  hidden_dim=s["ffn"], max_position_embeddings=s["max_positions"])
-    return (lambda: transformers.DistilBertForMaskedLM._from_config(transformers.DistilBertConfig(**config),
-                                                                    attn_implementation="sdpa"),
+    return (sdpa_masked_lm("DistilBert", vocab_size=s["vocab"], dim=s["hidden"], n_layers=s["layers"],
+                           n_heads=s["heads"], hidden_dim=s["ffn"], max_position_embeddings=s["max_positions"]),
             f"DistilBertForMaskedLM hidden {s['hidden']}, {s['layers']} layers, {s['heads']} heads, "
             f"FFN {s['ffn']}, vocab {s['vocab']}")
 

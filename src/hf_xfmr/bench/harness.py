@@ -678,6 +678,13 @@ def profile_case(
 # ----------------------------------------------------------------------------------------------
 
 
+def table_lines(header: list[str], align: str, rows: list[list[Any]]) -> list[str]:
+    """A markdown table as lines: the `header` cells, an alignment line (`align`: one letter per column, "l"
+    left or "r" right) and a line per row of (already formatted) cells."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
+    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+
+
 def _as_row(row: CaseResult | dict[str, Any]) -> dict[str, Any]:
     return row.as_dict() if isinstance(row, CaseResult) else row
 
@@ -696,12 +703,9 @@ def _fmt_mb(value: float | None) -> str:
 
 def to_markdown(rows: list[CaseResult | dict[str, Any]]) -> str:
     """A markdown table of results, with a legend line under it."""
-    header = (
-        "| case | mode | dtype | ours ms | ref ms | speed ratio | ours peak MB | ref peak MB | memory ratio "
-        "| process MB ours / ref |\n"
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
-    )
-    lines = [header]
+    header = ["case", "mode", "dtype", "ours ms", "ref ms", "speed ratio", "ours peak MB", "ref peak MB",
+              "memory ratio", "process MB ours / ref"]
+    cells = []
     for row in map(_as_row, rows):
         mem = row.get("memory") or {}
         ours_mb = mem.get("ours", {}).get("peak_mb")
@@ -709,13 +713,10 @@ def to_markdown(rows: list[CaseResult | dict[str, Any]]) -> str:
         process = [mem.get(side, {}).get("process_peak_mb") for side in SIDES]
         process_text = "—" if None in process else (
             f"{_fmt_mb(process[0])} / {_fmt_mb(process[1])} ({_fmt(row.get('process_memory_ratio'), '.2f', 'x')})")
-        lines.append(
-            f"| {row['case']} | {row['mode']} | {row['dtype']} "
-            f"| {_fmt(row['ours']['median_ms'], '.1f')} | {_fmt(row['ref']['median_ms'], '.1f')} "
-            f"| {_fmt(row['speed_ratio'], '.2f', 'x')} "
-            f"| {_fmt_mb(ours_mb)} | {_fmt_mb(ref_mb)} | {_fmt(row.get('memory_ratio'), '.2f', 'x')} "
-            f"| {process_text} |"
-        )
+        cells.append([row["case"], row["mode"], row["dtype"], _fmt(row["ours"]["median_ms"], ".1f"),
+                      _fmt(row["ref"]["median_ms"], ".1f"), _fmt(row["speed_ratio"], ".2f", "x"), _fmt_mb(ours_mb),
+                      _fmt_mb(ref_mb), _fmt(row.get("memory_ratio"), ".2f", "x"), process_text])
+    lines = table_lines(header, "lllrrrrrrr", cells)
     legend = (
         "\nms: median step time (train = forward + backward + AdamW step). "
         "speed ratio = ref / ours median (> 1: ours faster). "

@@ -351,9 +351,9 @@ class _Probe:
 @contextmanager
 def objective_variant(objective):
     """Temporarily make `objective` the one registered under its name (for ablations of a recipe)."""
-    from ..training.objectives import _OBJECTIVES, register_objective
+    from ..training.objectives import available_objectives, register_objective
 
-    previous = _OBJECTIVES.get(objective.name)
+    previous = available_objectives().get(objective.name)
     register_objective(objective)
     try:
         yield objective

@@ -17,6 +17,20 @@ FIRST_ID = 5  # skip [PAD]/<s>/</s>/... so RoBERTa's position ids (derived from 
 MLM_SETTINGS = dict(mode="train", dtype="fp32", sparse_prediction=True, mask_prob=0.15, device="cpu", seed=0)
 
 
+def sdpa_masked_lm(prefix: str, **config: Any) -> Callable[[], torch.nn.Module]:
+    """A function building transformers' `<prefix>ForMaskedLM` from `<prefix>Config(**config)`, random weights,
+    sdpa attention (e.g. `sdpa_masked_lm("Albert", hidden_size=256, ...)`)."""
+
+    def build() -> torch.nn.Module:
+        import transformers
+
+        config_class = getattr(transformers, f"{prefix}Config")
+        return getattr(transformers, f"{prefix}ForMaskedLM")._from_config(config_class(**config),
+                                                                          attn_implementation="sdpa")
+
+    return build
+
+
 def mlm_batch(*, mode: str, vocab: int, batch: int, seq: int, mask_prob: float, seed: int) -> dict:
     """(batch, seq) random ids in [FIRST_ID, vocab), attention mask all ones, and in train mode `labels`
     on `mask_prob` of the positions (-100 elsewhere); seeded."""

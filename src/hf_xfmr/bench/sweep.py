@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .harness import SideStats, make_case, measure_case, peak_memory, time_steps, torch_threads
+from .harness import SideStats, make_case, measure_case, peak_memory, table_lines, time_steps, torch_threads
 
 
 def measure_ours_only(case, *, repeats: int = 3, warmup: int = 1, threads: int | None = None,
@@ -52,23 +52,21 @@ def run_sweep(case: str, param: str, values: list, *, repeats: int = 3, warmup: 
 
 def sweep_markdown(rows: list[dict[str, Any]], param: str) -> str:
     """A markdown table: one line per value with both sides' step time and peak memory and the ratios."""
-    lines = [f"| {param} | ours ms | ref ms | speed ratio | ours peak MB | ref peak MB | memory ratio |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
+    cells = []
     for row in rows:
         if "error" in row:
-            lines.append(f"| {row[param]} | — | — | — | — | — | — ({row['error']}) |")
+            cells.append([row[param], *["—"] * 5, f"— ({row['error']})"])
             continue
         mem = row.get("memory") or {}
         ours_mb, ref_mb = mem.get("ours", {}).get("peak_mb"), mem.get("ref", {}).get("peak_mb")
         ratio = row.get("memory_ratio")
         ref_ms = "not run" if row.get("ref") is None else f"{row['ref']['median_ms']:.1f}"
         speed = "—" if row.get("speed_ratio") is None else f"{row['speed_ratio']:.2f}x"
-        lines.append(
-            f"| {row[param]} | {row['ours']['median_ms']:.1f} | {ref_ms} "
-            f"| {speed} | {'—' if ours_mb is None else f'{ours_mb:.0f}'} "
-            f"| {'—' if ref_mb is None else f'{ref_mb:.0f}'} | {'—' if ratio is None else f'{ratio:.2f}x'} |"
-        )
-    return "\n".join(lines) + "\n"
+        cells.append([row[param], f"{row['ours']['median_ms']:.1f}", ref_ms, speed,
+                      "—" if ours_mb is None else f"{ours_mb:.0f}", "—" if ref_mb is None else f"{ref_mb:.0f}",
+                      "—" if ratio is None else f"{ratio:.2f}x"])
+    header = [param, "ours ms", "ref ms", "speed ratio", "ours peak MB", "ref peak MB", "memory ratio"]
+    return "\n".join(table_lines(header, "r" * 7, cells)) + "\n"
 
 
 def plot_sweep(rows: list[dict[str, Any]], param: str, path, *, title: str = "") -> Path:

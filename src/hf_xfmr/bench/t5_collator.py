@@ -4,11 +4,9 @@
     python -m hf_xfmr.bench.t5_collator [--batch-size 8] [--input-length 462] [--repeats 40]
 """
 
-import argparse
-
 import torch
 
-from .collators import interleaved_medians
+from .collators import per_example_main, versus_per_example
 
 
 def span_corruption_per_example(examples, vocab_size: int, eos_token_id: int, noise_density: float = 0.15,
@@ -58,25 +56,15 @@ def benchmark_span_corruption(batch_size: int = 8, input_length: int = 462, repe
     fns = {"ours": ours, "per-example": lambda b: span_corruption_per_example(b, vocab_size, 1, generator=g)}
     for fn in fns.values():
         assert fn(batches[0])["input_ids"].shape[1] == input_length
-    medians = interleaved_medians(fns, batches, repeats, warmup)
     return {"collator": "span corruption (T5)", "batch_size": batch_size, "text_tokens": tokens,
-            "input_length": input_length,
-            **{f"{name}_examples_per_s": batch_size / medians[name] for name in fns},
-            "speedup": medians["per-example"] / medians["ours"]}
+            "input_length": input_length, **versus_per_example(fns, batches, repeats, warmup, batch_size)}
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m hf_xfmr.bench.t5_collator", description=__doc__.splitlines()[0])
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--input-length", type=int, default=462)
-    parser.add_argument("--repeats", type=int, default=40)
-    parser.add_argument("--warmup", type=int, default=5)
-    args = parser.parse_args(argv)
-    row = benchmark_span_corruption(args.batch_size, args.input_length, args.repeats, args.warmup)
-    print("| collator | batch | input / text tokens | ours ex/s | per-example ex/s | speedup |")
-    print("|---|---|---|---|---|---|")
-    print(f"| {row['collator']} | {row['batch_size']} | {row['input_length']} / {row['text_tokens']} | "
-          f"{row['ours_examples_per_s']:.0f} | {row['per-example_examples_per_s']:.0f} | {row['speedup']:.1f}x |")
+    per_example_main(argv, prog="python -m hf_xfmr.bench.t5_collator", description=__doc__.splitlines()[0],
+                     benchmark=benchmark_span_corruption, length_flag="--input-length", length_default=462,
+                     length_header="input / text tokens",
+                     length_cell=lambda row: f"{row['input_length']} / {row['text_tokens']}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from .harness import table_lines, torch_threads
 
 SIZES = dict(hidden=256, layers=4, heads=4, ffn=1024, vocab_size=8000, max_length=128, batch_size=32,
              learning_rate=1e-4, max_train_rows=None, max_test_rows=None)
@@ -85,9 +86,7 @@ def trainer_epoch(*, hidden: int, layers: int, heads: int, ffn: int, vocab_size:
 
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(num_threads or previous_threads)
-    try:
+    with torch_threads(num_threads):
         tokenizer, train, test = _data(vocab_size, max_length, max_train_rows, max_test_rows, seed)
         config = transformers.BertConfig(
             vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
@@ -106,8 +105,6 @@ def trainer_epoch(*, hidden: int, layers: int, heads: int, ffn: int, vocab_size:
                 times[side].append(result["seconds"])
                 accuracy.setdefault(side, result["accuracy"])
             del models, ref
-    finally:
-        torch.set_num_threads(previous_threads)
     ours_s, ref_s = statistics.median(times["ours"]), statistics.median(times["ref"])
     return {
         "case": "trainer-vader", "ours_s": ours_s, "ref_s": ref_s, "ratio": ref_s / ours_s,
@@ -120,11 +117,11 @@ def trainer_epoch(*, hidden: int, layers: int, heads: int, ffn: int, vocab_size:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    lines = ["| case | ours s | ref s | speed ratio | ours test acc | ref test acc | train rows |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['case']} | {r['ours_s']:.1f} | {r['ref_s']:.1f} | {r['ratio']:.2f}x | "
-                     f"{100 * r['ours_accuracy']:.1f}% | {100 * r['ref_accuracy']:.1f}% | {r['train_rows']} |")
+    """The rows of `trainer_epoch` as a markdown table, with a legend."""
+    lines = table_lines(
+        ["case", "ours s", "ref s", "speed ratio", "ours test acc", "ref test acc", "train rows"], "lrrrrrr",
+        [[r["case"], f"{r['ours_s']:.1f}", f"{r['ref_s']:.1f}", f"{r['ratio']:.2f}x", f"{100 * r['ours_accuracy']:.1f}%",
+          f"{100 * r['ref_accuracy']:.1f}%", r["train_rows"]] for r in rows])
     lines.append("")
     lines.append("s: wall-clock of one `trainer.train()` epoch. speed ratio = ref / ours (> 1: ours faster).")
     return "\n".join(lines)

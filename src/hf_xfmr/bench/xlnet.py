@@ -31,9 +31,9 @@ def _tokenizer():
 
 def _raw_rows(tokenizer, batch: int, seq: int, seed: int) -> torch.Tensor:
     """(B, L) token ids of `[A, <sep>, B, <sep>, <cls>]` rows cut from the embedded corpus."""
-    from .collators import _rows
+    from .collators import corpus_rows
 
-    rows = _rows(tokenizer, seq, batch * 4, xlnet=True)
+    rows = corpus_rows(tokenizer, seq, batch * 4, xlnet=True)
     g = torch.Generator().manual_seed(seed)
     pick = torch.randperm(len(rows), generator=g)[:batch].tolist()
     return torch.tensor([rows[i]["input_ids"] for i in pick])
