@@ -9,18 +9,9 @@ import torch
 import transformers
 
 from hf_xfmr import cli
+from tests.cli_run import run_cli as run
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(94)]
-
-
-def run(argv, capsys):
-    """main(argv) -> (exit status, stdout, stderr), whether it returns or raises SystemExit."""
-    try:
-        status = cli.main(argv)
-    except SystemExit as exit_:
-        status = exit_.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 @pytest.fixture

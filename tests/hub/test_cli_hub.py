@@ -7,18 +7,9 @@ import pytest
 import torch
 import transformers
 
-from hf_xfmr import cli
+from tests.cli_run import run_cli as run
 
 from .conftest import model_cases, tiny_model
-
-
-def run(argv, capsys):
-    try:
-        status = cli.main(argv)
-    except SystemExit as exit_:
-        status = exit_.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 @pytest.mark.parametrize("command, words", [

@@ -13,17 +13,9 @@ import torch
 import transformers
 
 from hf_xfmr import cli
+from tests.cli_run import run_cli as run
 
 from ..conftest import WORDS
-
-
-def run(argv, capsys):
-    try:
-        status = cli.main(argv)
-    except SystemExit as exit_:
-        status = exit_.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 @pytest.fixture(scope="module")

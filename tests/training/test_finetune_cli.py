@@ -4,18 +4,9 @@ import json
 
 import pytest
 
-from hf_xfmr import cli
+from tests.cli_run import run_cli as run
 
 from .finetune_helpers import TINY_OVERRIDES, one_thread, save_mlm_checkpoint, sentiment_rows  # noqa: F401
-
-
-def run(argv, capsys):
-    try:
-        status = cli.main(argv)
-    except SystemExit as exit_:
-        status = exit_.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def write_csv(path, rows):

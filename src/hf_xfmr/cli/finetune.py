@@ -24,8 +24,9 @@ def run(options: FinetuneArguments, args: argparse.Namespace) -> int:
     keys = [k for k in shown if not k.endswith(("_runtime", "_per_second", "epoch"))]
     print("\n".join(f"{k}: {shown[k]:.4f}" for k in keys))
     print(f"best checkpoint: {result.best_checkpoint}")
-    for label, path in (("model", result.model_dir), ("adapter", result.adapter_dir), ("merged model", result.merged_dir),
-                        ("metrics", result.metrics_file), ("log history", result.log_file)):
+    for label, path in (("model", result.model_dir), ("adapter", result.adapter_dir),
+                        ("merged model", result.merged_dir), ("metrics", result.metrics_file),
+                        ("log history", result.log_file)):
         if path is not None:
             print(f"{label}: {path}")
     return 0

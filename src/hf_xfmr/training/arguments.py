@@ -19,7 +19,7 @@ Only the standard library here (and `finetune_tasks`' names): `hf-xfmr --help` i
 """
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -40,11 +40,6 @@ SCHEDULES = ("constant", "linear", "cosine", "wsd", "1-sqrt")  # hf_xfmr.trainin
 # Projection names shared by every hf_xfmr architecture; those a model lacks (gate_proj in ungated MLPs)
 # are skipped.
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-def _help(text: str, **extra) -> dict:
-    """Field metadata with a help text (the form `field(default=..., metadata=_help(...))`)."""
-    return {"help": text, **extra}
 
 
 def _positive_ints(obj, names) -> None:
@@ -116,88 +111,84 @@ class PretrainArguments(RunArguments):
     learning_rate, max_seq_length, logging_steps and gradient_accumulation_steps come from `RunArguments`)."""
 
     # --- model ---------------------------------------------------------------------------------
-    arch: str = field(default="bert", metadata=_help("architecture to pretrain (hf_xfmr name, e.g. bert, roberta)"))
-    objective: str | None = field(default=None, metadata=_help(
-        "pretraining objective (mlm, wwm, mlm+nsp, mlm+sop, plm, clm, ...); default: the architecture's first"))
-    preset: str = field(default="tiny", metadata=_help("named model size of the architecture (tiny, base, large, ...)"))
-    config_overrides: str | None = field(default=None, metadata=_help(
-        "comma-separated config fields applied on top of the preset, e.g. 'hidden_size=128,num_hidden_layers=4'"))
-    model_path: str | None = field(default=None, metadata=_help(
+    arch: str = option("architecture to pretrain (hf_xfmr name, e.g. bert, roberta)", "bert")
+    objective: str | None = option(
+        "pretraining objective (mlm, wwm, mlm+nsp, mlm+sop, plm, clm, ...); default: the architecture's first", None)
+    preset: str = option("named model size of the architecture (tiny, base, large, ...)", "tiny")
+    config_overrides: str | None = option(
+        "comma-separated config fields applied on top of the preset, e.g. 'hidden_size=128,num_hidden_layers=4'", None)
+    model_path: str | None = option(
         "start from this checkpoint instead of a fresh preset (continued pretraining): a folder or a Hub repo id, "
-        "hf_xfmr or transformers format (converted on load); its tokenizer unless --tokenizer is given"))
-    revision: str | None = field(default=None, metadata=_help(
-        "branch, tag or commit of a Hub repo --model_path (token: HF_TOKEN or `hf auth login`)"))
-    attn_implementation: str | None = field(default=None, metadata=_help("attention backend: eager or sdpa"))
-    gradient_checkpointing: bool = field(default=False, metadata=_help("recompute activations in the backward pass"))
+        "hf_xfmr or transformers format (converted on load); its tokenizer unless --tokenizer is given", None)
+    revision: str | None = option(
+        "branch, tag or commit of a Hub repo --model_path (token: HF_TOKEN or `hf auth login`)", None)
+    attn_implementation: str | None = option("attention backend: eager or sdpa", None)
+    gradient_checkpointing: bool = option("recompute activations in the backward pass", False)
 
     # --- data ----------------------------------------------------------------------------------
-    dataset: str | None = field(default=None, metadata=_help(
-        "training text: a .txt/.json/.jsonl/.parquet/.csv file, glob or folder, or a `datasets` name; "
-        "default: the embedded corpus (no download)"))
-    text_column: str = field(default="text", metadata=_help("column holding the text"))
-    dataset_split: str = field(default="train", metadata=_help("split of the dataset to read"))
-    streaming: bool = field(default=False, metadata=_help(
-        "read the dataset as a stream (examples are built on the fly; nothing is loaded up front)"))
-    max_documents: int | None = field(default=None, metadata=_help("use only the first N documents"))
-    eval_dataset: str | None = field(default=None, metadata=_help(
-        "held-out text for evaluation (same formats as --dataset); default: --eval_fraction of the documents"))
-    eval_fraction: float = field(default=0.05, metadata=_help(
-        "share of the documents held out for evaluation when no --eval_dataset is given (0: no evaluation)"))
-    max_eval_examples: int | None = field(default=512, metadata=_help("evaluate on at most N examples"))
-    tokenizer: str | None = field(default=None, metadata=_help(
-        "tokenizer folder; default: train one for the architecture on the training text (saved in the output)"))
-    vocab_size: int = field(default=8000, metadata=_help("vocabulary size of a tokenizer trained on the fly"))
-    mlm_probability: float | None = field(default=None, metadata=_help(
-        "masking rate; default: the architecture's (15%, 30% for ModernBERT)"))
-    short_seq_prob: float = field(default=0.1, metadata=_help("share of shorter sentence pairs (NSP/SOP)"))
-    dataloader_num_workers: int = field(default=0, metadata=_help("worker processes preparing batches"))
+    dataset: str | None = option(
+        "training text: a .txt/.json/.jsonl/.parquet/.csv file, glob or folder, or a `datasets` name; default: the "
+        "embedded corpus (no download)", None)
+    text_column: str = option("column holding the text", "text")
+    dataset_split: str = option("split of the dataset to read", "train")
+    streaming: bool = option(
+        "read the dataset as a stream (examples are built on the fly; nothing is loaded up front)", False)
+    max_documents: int | None = option("use only the first N documents", None)
+    eval_dataset: str | None = option(
+        "held-out text for evaluation (same formats as --dataset); default: --eval_fraction of the documents", None)
+    eval_fraction: float = option(
+        "share of the documents held out for evaluation when no --eval_dataset is given (0: no evaluation)", 0.05)
+    max_eval_examples: int | None = option("evaluate on at most N examples", 512)
+    tokenizer: str | None = option(
+        "tokenizer folder; default: train one for the architecture on the training text (saved in the output)", None)
+    vocab_size: int = option("vocabulary size of a tokenizer trained on the fly", 8000)
+    mlm_probability: float | None = option("masking rate; default: the architecture's (15%, 30% for ModernBERT)", None)
+    short_seq_prob: float = option("share of shorter sentence pairs (NSP/SOP)", 0.1)
+    dataloader_num_workers: int = option("worker processes preparing batches", 0)
 
     # --- optimisation --------------------------------------------------------------------------
-    max_steps: int = field(default=1000, metadata=_help("optimizer steps to train for"))
-    per_device_train_batch_size: int = field(default=32, metadata=_help("examples per micro-batch and process"))
-    per_device_eval_batch_size: int | None = field(default=None, metadata=_help(
-        "evaluation batch size per process; default: the training one"))
-    batch_size_warmup_steps: int = field(default=0, metadata=_help(
-        "grow the micro-batches per step from 1 to --gradient_accumulation_steps over N steps (batch-size warmup)"))
-    optimizer: Literal[OPTIMIZERS] = field(default="adamw", metadata=_help("adamw or stable_adamw"))
-    weight_decay: float = field(default=0.01, metadata=_help("decoupled weight decay (not on biases and norms)"))
-    adam_beta1: float = field(default=0.9, metadata=_help("Adam beta1"))
-    adam_beta2: float = field(default=0.98, metadata=_help("Adam beta2"))
-    adam_epsilon: float = field(default=1e-6, metadata=_help("Adam epsilon"))
-    lr_scheduler: Literal[SCHEDULES] = field(default="linear", metadata=_help(
-        "learning-rate schedule: constant, linear, cosine, wsd (warmup-stable-decay) or 1-sqrt"))
-    warmup_steps: float = field(default=0.06, metadata=_help(
-        "linear warmup: a number of steps, or a fraction of --max_steps when below 1"))
-    decay_ratio: float = field(default=0.1, metadata=_help("share of the run spent decaying (wsd, 1-sqrt)"))
-    min_lr_ratio: float = field(default=0.0, metadata=_help("final learning rate as a fraction of the peak"))
-    max_grad_norm: float | None = field(default=1.0, metadata=_help("clip the gradient norm (0 or none: no clipping)"))
-    mixed_precision: Literal["no", "bf16", "fp16"] = field(default="no", metadata=_help(
-        "autocast precision: no, bf16 or fp16 (under `accelerate launch`, its --mixed_precision wins)"))
-    nan_policy: Literal["stop", "skip"] = field(default="stop", metadata=_help(
-        "on a NaN/inf loss: stop with an error naming the step, or skip the step and count it"))
-    deepspeed: str | None = field(default=None, metadata=_help(
-        "train with DeepSpeed ZeRO: zero2 or zero3 (configs shipped with hf_xfmr) or a DeepSpeed JSON file; "
-        "start the processes with `accelerate launch --multi_gpu --num_processes N` or torchrun"))
+    max_steps: int = option("optimizer steps to train for", 1000)
+    per_device_train_batch_size: int = option("examples per micro-batch and process", 32)
+    per_device_eval_batch_size: int | None = option(
+        "evaluation batch size per process; default: the training one", None)
+    batch_size_warmup_steps: int = option(
+        "grow the micro-batches per step from 1 to --gradient_accumulation_steps over N steps (batch-size warmup)", 0)
+    optimizer: Literal[OPTIMIZERS] = option("adamw or stable_adamw", "adamw")
+    weight_decay: float = option("decoupled weight decay (not on biases and norms)", 0.01)
+    adam_beta1: float = option("Adam beta1", 0.9)
+    adam_beta2: float = option("Adam beta2", 0.98)
+    adam_epsilon: float = option("Adam epsilon", 1e-6)
+    lr_scheduler: Literal[SCHEDULES] = option(
+        "learning-rate schedule: constant, linear, cosine, wsd (warmup-stable-decay) or 1-sqrt", "linear")
+    warmup_steps: float = option("linear warmup: a number of steps, or a fraction of --max_steps when below 1", 0.06)
+    decay_ratio: float = option("share of the run spent decaying (wsd, 1-sqrt)", 0.1)
+    min_lr_ratio: float = option("final learning rate as a fraction of the peak", 0.0)
+    max_grad_norm: float | None = option("clip the gradient norm (0 or none: no clipping)", 1.0)
+    mixed_precision: Literal["no", "bf16", "fp16"] = option(
+        "autocast precision: no, bf16 or fp16 (under `accelerate launch`, its --mixed_precision wins)", "no")
+    nan_policy: Literal["stop", "skip"] = option(
+        "on a NaN/inf loss: stop with an error naming the step, or skip the step and count it", "stop")
+    deepspeed: str | None = option(
+        "train with DeepSpeed ZeRO: zero2 or zero3 (configs shipped with hf_xfmr) or a DeepSpeed JSON file; start the "
+        "processes with `accelerate launch --multi_gpu --num_processes N` or torchrun", None)
 
     # --- run -----------------------------------------------------------------------------------
-    output_dir: str = field(default="pretrain_output", metadata=_help(
-        "where the model, tokenizer, logs and checkpoints go"))
-    overwrite_output_dir: bool = field(default=False, metadata=_help(
-        "start afresh in an output folder that holds an earlier run (its checkpoints are deleted)"))
-    resume: str | None = field(default=None, metadata=_help(
+    output_dir: str = option("where the model, tokenizer, logs and checkpoints go", "pretrain_output")
+    overwrite_output_dir: bool = option(
+        "start afresh in an output folder that holds an earlier run (its checkpoints are deleted)", False)
+    resume: str | None = option(
         "continue from a checkpoint: its folder, or no value for the latest one in the output folder",
-        nargs="?", const="latest"))
-    eval_steps: int = field(default=0, metadata=_help("evaluate every N steps (0: only at the end)"))
-    save_steps: int = field(default=500, metadata=_help("write a checkpoint every N steps (0: only at the end)"))
-    save_total_limit: int | None = field(default=2, metadata=_help("keep only the last K checkpoints"))
-    report_to_tensorboard: bool = field(default=True, metadata=_help(
-        "also write TensorBoard event files when tensorboard is installed"))
-    progress_bar: bool = field(default=True, metadata=_help("show a progress bar with loss and tokens/s"))
-    push_to_hub: str | None = field(default=None, metadata=_help(
-        "after training, publish the final model to this Hub repository (needs hf_xfmr.hub)"))
-    ddp_timeout: float = field(default=1800.0, metadata=_help(
-        "distributed runs: seconds a collective operation waits for the other processes before the run fails "
-        "with an error naming the step (default 1800: 30 minutes)"))
+        None, nargs="?", const="latest")
+    eval_steps: int = option("evaluate every N steps (0: only at the end)", 0)
+    save_steps: int = option("write a checkpoint every N steps (0: only at the end)", 500)
+    save_total_limit: int | None = option("keep only the last K checkpoints", 2)
+    report_to_tensorboard: bool = option("also write TensorBoard event files when tensorboard is installed", True)
+    progress_bar: bool = option("show a progress bar with loss and tokens/s", True)
+    push_to_hub: str | None = option(
+        "after training, publish the final model to this Hub repository (needs hf_xfmr.hub)", None)
+    ddp_timeout: float = option(
+        "distributed runs: seconds a collective operation waits for the other processes before the run fails with an "
+        "error naming the step (default 1800: 30 minutes)", 1800.0)
 
     def __post_init__(self):
         _positive_ints(self, ("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps",

@@ -35,14 +35,13 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ..hub.cards import finetune_card_fields, finetune_provenance, name_base_model_in_adapter_card
 from ..models.hub_loading import CheckpointSourceError, resolve_checkpoint
 from ..models.weights import check_weight_files
 from .finetune_tasks import (
     CLASSIFICATION,
-    FINETUNE_TASKS,
     LABEL_COLUMNS,
     MODEL_INPUTS,
     QUESTION_ANSWERING,
