@@ -11,6 +11,8 @@ import importlib
 import sys
 from pathlib import Path
 
+from .lazy import lazy_exports
+
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "from_transformers", "to_transformers"]
@@ -35,17 +37,7 @@ def register_architectures() -> None:
     importlib.import_module(".models", __name__)
 
 
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
-
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 if not started_as_command():
     register_architectures()

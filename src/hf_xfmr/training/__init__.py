@@ -18,9 +18,10 @@ The names below are imported on first use (PEP 562), so that `hf_xfmr.training.a
 never from the package itself.
 """
 
-import importlib
 import sys
 import types
+
+from ..lazy import lazy_exports
 
 # public name -> the submodule that defines it
 _EXPORTS = {
@@ -54,16 +55,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 class _Package(types.ModuleType):
