@@ -1,7 +1,6 @@
 """`hf-xfmr export`: a self-contained, Hub-ready folder (weights, generated code, tokenizer, model card)."""
 
 import argparse
-import json
 import sys
 import warnings
 from dataclasses import dataclass
@@ -61,30 +60,18 @@ def _card(options: ExportArguments) -> dict[str, Any]:
 
 
 def _finetune_run_card(src: Path, given: dict[str, Any]) -> dict[str, Any]:
-    """When SRC is the model/ or merged/ folder of a `hf-xfmr finetune` run (its finetune_args.json and
-    metrics.json sit next to it): the card fields of that run (base model, LoRA, metrics, settings, loss
-    log) that the options in `given` left unset."""
-    run = src.parent
-    if src.name not in ("model", "merged") or not (run / "finetune_args.json").is_file() \
-            or not (run / "metrics.json").is_file():
-        return {}
-    from hf_xfmr.training.finetune import card_fields
+    """When SRC is the model/ or merged/ folder of a `hf-xfmr finetune` run: the card fields of that run that
+    the options in `given` left unset (`hub.cards.finetune_run_card`), said on stderr."""
+    from hf_xfmr.hub.cards import finetune_run_card, finetune_run_folder
 
+    run = finetune_run_folder(src)
+    if run is None:
+        return {}
     try:
-        fields = card_fields(json.loads((run / "finetune_args.json").read_text()),
-                             json.loads((run / "metrics.json").read_text()))
-    except (OSError, ValueError, AttributeError) as err:
+        filled = finetune_run_card(run, given)
+    except ValueError as err:
         print(f"warning: cannot read the finetune run in {run} ({err}); the card leaves it out", file=sys.stderr)
         return {}
-    filled = {key: fields[key] for key in ("description", "base_model", "datasets", "training")
-              if fields.get(key) and not given[key]}
-    if not (given["metrics"] or given["eval_dataset"] or given["eval_source"]):
-        filled.update({key: fields[key] for key in ("metrics", "eval_dataset", "eval_dataset_config", "eval_split",
-                                                    "eval_source") if fields.get(key)})
-    if not given["training_logs"] and (run / "log_history.jsonl").is_file():
-        filled["training_logs"] = str(run / "log_history.jsonl")
-    if fields["tags"]:
-        filled["tags"] = list(dict.fromkeys([*fields["tags"], *given["tags"]]))
     if filled:
         print(f"model card: {', '.join(sorted(filled))} from the finetune run in {run}", file=sys.stderr)
     return filled
