@@ -141,6 +141,16 @@ def _strip_none(hint) -> tuple[Any, bool]:
     return hint, False
 
 
+def _or_none(number: type) -> Callable[[str], Any]:
+    """int / float that also reads 'none' or 'null' as None (for a field typed `int | None`)."""
+
+    def parse(text: str):
+        return None if text.strip().lower() in ("none", "null") else number(text)
+
+    parse.__name__, parse.number = number.__name__, number
+    return parse
+
+
 def value_parser(field: dataclasses.Field, hint) -> ValueParser:
     """The `ValueParser` of a dataclass field with resolved type `hint`. `metadata["parse"]` overrides
     the one the type implies (e.g. `parse_int_list` for a comma-separated `list[int]`)."""
@@ -158,7 +168,7 @@ def value_parser(field: dataclasses.Field, hint) -> ValueParser:
         (item,) = typing.get_args(hint) or (str,)
         return ValueParser(None if item in (str, Any) else item, many=True, optional=optional)
     if hint in (int, float):
-        return ValueParser(hint, optional=optional)
+        return ValueParser(_or_none(hint) if optional else hint, optional=optional)
     return ValueParser(None, optional=optional)  # str, Any, paths: the text itself
 
 
@@ -218,11 +228,12 @@ def _from_text(parser: ValueParser, value):
     """`value` with its strings parsed as the command line parses them; other values as they are."""
     if parser.parse is None:
         return value
-    if parser.parse in (int, float):
-        kind = "an integer" if parser.parse is int else "a number"
+    number = getattr(parser.parse, "number", parser.parse)
+    if number in (int, float):
+        kind = "an integer" if number is int else "a number"
         parser = dataclasses.replace(parser, parse=_number(parser.parse, kind))
     if parser.many and isinstance(value, list):
         return [parser.parse(v) if isinstance(v, str) else v for v in value]
-    if isinstance(value, str) and not (parser.optional and value.lower() in ("none", "null")):
+    if isinstance(value, str):
         return parser.parse(value)
     return value

@@ -120,7 +120,7 @@ def _option_settings(field: dataclasses.Field, hint, switches_take_values: bool)
             return {**settings, "action": "store_true"}
         return {"nargs": "?", "const": True, "type": parser.parse, **settings}
     if parser.parse is not None:
-        builtin = parser.parse in (int, float)
+        builtin = getattr(parser.parse, "number", parser.parse) in (int, float)
         settings["type"] = parser.parse if builtin else _naming_errors(parser.parse, f"--{field.name}")
     if parser.choices is not None:
         settings.setdefault("choices", parser.choices)
