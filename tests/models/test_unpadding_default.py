@@ -201,7 +201,7 @@ def test_one_masked_attention_call_per_layer_equals_one_call_per_sequence(arch, 
     per_sequence.loss.backward()
     grads = {name: p.grad.clone() for name, p in model.named_parameters()}
     model.zero_grad()
-    modeling = importlib.import_module(type(model.model).forward.__module__)  # RoBERTa's is BERT's
+    modeling = importlib.import_module(type(model.model).run_encoder.__module__)  # models/encoder.py: the family's loop
     monkeypatch.setattr(modeling, "encoder_padding", functools.partial(encoder_padding, dense=True))
     varlen, _ = modeling.encoder_padding(mask, unpad=True)
     assert varlen.dense_mask.shape == (3, 1, 1, 10) and varlen.dense_index.tolist()[-3:] == [20, 21, 22]

@@ -4,6 +4,7 @@ one definition each, so the copies cannot drift apart.
 - `EncoderSelfAttention`: bidirectional multi-head self-attention on the padded (B, T, C) or unpadded
   (N, C) layout, its kernel picked by `layers.attention.resolve_kernel` from the config. Each
   architecture subclasses it under its own name, passing its config's field names.
+- `PostNormEncoderLayer`: x = LN(x + dropout(Attn(x))); x = LN(x + MLP(x)), the BERT-family block.
 - `TanhPooler`: tanh(W h_[CLS] + b), the sentence representation of NSP / SOP and sequence heads.
 - `MaskedLMPredictionHead`: dense -> activation -> LayerNorm -> decoder onto the vocabulary.
 - `EncoderStack.run_encoder`: the body of an encoder's forward between its input checks and its output
@@ -21,10 +22,12 @@ size), H heads, D head size (C / H), V vocabulary size, N number of real (unpadd
 
 import torch
 from torch import nn
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from ..layers.attention import resolve_kernel, self_attention
-from ..layers.mlp import get_activation
+from ..layers.dropout import Dropout
+from ..layers.mlp import MLP, get_activation
 from ..layers.padding import encoder_padding
 from .input_checks import check_encoder_inputs
 
@@ -72,6 +75,32 @@ class EncoderSelfAttention(nn.Module):
         out, weights = self_attention(self, self.kernel(output_attentions), q, k, v, attention_mask, varlen,
                                       scaling=self.scaling, dropout=self.dropout_p if self.training else 0.0)
         return self.o_proj(out.reshape(*tokens, -1)), weights  # (..., H, D) -> (..., C)
+
+
+class PostNormEncoderLayer(GradientCheckpointingLayer):
+    """Post-LN block: x = LN(x + dropout(Attn(x))); x = LN(x + MLP(x)), MLP dropout inside `MLP`.
+
+    `attn` is the layer's self-attention module (an `EncoderSelfAttention`); `attn_dropout` None leaves the
+    attention output undropped before its residual add (DistilBERT). One instance may run many times
+    (ALBERT's shared layers)."""
+
+    def __init__(self, attn: nn.Module, hidden_size: int, intermediate_size: int, activation: str, eps: float,
+                 mlp_dropout: float, attn_dropout: float | None = None):
+        super().__init__()
+        self.attn = attn
+        self.attn_dropout = None if attn_dropout is None else Dropout(attn_dropout)
+        self.attn_norm = nn.LayerNorm(hidden_size, eps=eps)
+        self.mlp = MLP(hidden_size, intermediate_size, activation, dropout=mlp_dropout)
+        self.mlp_norm = nn.LayerNorm(hidden_size, eps=eps)
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, varlen=None):
+        """(B, T, C) padded with a mask, or (N, C) unpadded with `varlen` -> (same shape, weights or None)."""
+        attn_out, weights = self.attn(hidden_states, attention_mask, output_attentions, varlen)
+        if self.attn_dropout is not None:
+            attn_out = self.attn_dropout(attn_out)
+        hidden_states = self.attn_norm(hidden_states + attn_out)
+        hidden_states = self.mlp_norm(hidden_states + self.mlp(hidden_states))
+        return hidden_states, weights
 
 
 class TanhPooler(nn.Module):

@@ -218,7 +218,18 @@ def masked_lm_logits_and_loss(lm_head, hidden_states, labels, sparse: bool, num_
     return logits, loss
 
 
-class MaskedLMHead(TaskHead):
+class TiedDecoderHead:
+    """Mixin of a head whose vocabulary projection is `self.lm_head.decoder` (tied to the input embeddings):
+    the output-embedding accessors transformers uses to tie and resize it."""
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+
+class MaskedLMHead(TiedDecoderHead, TaskHead):
     """MLM: `lm_head` (ending in the vocabulary projection `lm_head.decoder`) on every position.
 
     With `config.sparse_prediction`, labels given and the model in training mode, only the labelled
@@ -234,12 +245,6 @@ class MaskedLMHead(TaskHead):
         super().__init__(config)
         self.lm_head = self.lm_head_class(config)
         self.post_init()
-
-    def get_output_embeddings(self):
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, new_embeddings):
-        self.lm_head.decoder = new_embeddings
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,

@@ -36,15 +36,14 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import ModelOutput
 
 from ...layers.dropout import Dropout
-from ...layers.mlp import MLP
 from ..encoder import (
     EncoderSelfAttention,
-    PooledEncoderStack,
     MaskedLMPredictionHead,
+    PooledEncoderStack,
+    PostNormEncoderLayer,
     TanhPooler,
     default_position_ids,
 )
@@ -55,7 +54,9 @@ from ..heads import (
     QuestionAnsweringHead,
     SequenceClassificationHead,
     TaskHead,
+    TiedDecoderHead,
     TokenClassificationHead,
+    input_shape,
     masked_lm_logits_and_loss,
 )
 from ..input_checks import check_labels_shape
@@ -100,22 +101,14 @@ class XfmrAlbertAttention(EncoderSelfAttention):
         super().__init__(config, config.hidden_size, config.num_attention_heads, config.attention_probs_dropout_prob)
 
 
-class XfmrAlbertLayer(GradientCheckpointingLayer):
-    """Post-LN block: x = LN(x + dropout(Attn(x))); x = LN(x + MLP(x)). One instance may run many times."""
+class XfmrAlbertLayer(PostNormEncoderLayer):
+    """Post-LN block: x = LN(x + dropout(Attn(x))); x = LN(x + MLP(x)), no MLP dropout. One instance may run
+    many times."""
 
     def __init__(self, config):
-        super().__init__()
-        self.attn = XfmrAlbertAttention(config)
-        self.attn_dropout = Dropout(config.hidden_dropout_prob)
-        self.attn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.mlp = MLP(config.hidden_size, config.intermediate_size, config.hidden_act, dropout=0.0)
-        self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, varlen=None):
-        attn_out, weights = self.attn(hidden_states, attention_mask, output_attentions, varlen)
-        hidden_states = self.attn_norm(hidden_states + self.attn_dropout(attn_out))
-        hidden_states = self.mlp_norm(hidden_states + self.mlp(hidden_states))
-        return hidden_states, weights
+        super().__init__(XfmrAlbertAttention(config), config.hidden_size, config.intermediate_size,
+                         config.hidden_act, config.layer_norm_eps, mlp_dropout=0.0,
+                         attn_dropout=config.hidden_dropout_prob)
 
 
 class XfmrAlbertLayerGroup(nn.Module):
@@ -189,7 +182,7 @@ class XfmrAlbertForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
-class XfmrAlbertForPreTraining(TaskHead, XfmrAlbertPreTrainedModel):
+class XfmrAlbertForPreTraining(TiedDecoderHead, TaskHead, XfmrAlbertPreTrainedModel):
     """MLM + sentence-order prediction (SOP): is segment B the continuation of A (0) or swapped (1)?"""
 
     base_model_class = XfmrAlbertModel
@@ -203,12 +196,6 @@ class XfmrAlbertForPreTraining(TaskHead, XfmrAlbertPreTrainedModel):
         self.sop_head = DropoutLinear(config.hidden_size, config.num_labels, self.classifier_dropout_prob())
         self.post_init()
 
-    def get_output_embeddings(self):
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, new_embeddings):
-        self.lm_head.decoder = new_embeddings
-
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, sentence_order_label=None, output_attentions=None,
                 output_hidden_states=None, return_dict=None):
@@ -216,8 +203,8 @@ class XfmrAlbertForPreTraining(TaskHead, XfmrAlbertPreTrainedModel):
 
         The loss is the MLM loss when `labels` are given, plus the SOP loss when `sentence_order_label` is.
         """
+        check_labels_shape("labels", labels, input_shape(input_ids, inputs_embeds))
         source = input_ids if input_ids is not None else inputs_embeds
-        check_labels_shape("labels", labels, None if source is None else tuple(source.shape[:2]))
         if sentence_order_label is not None and source is not None and (
                 sentence_order_label.reshape(-1).shape[0] != source.shape[0]):
             raise ValueError(f"`sentence_order_label` must hold one label per sequence ({source.shape[0]}), "

@@ -26,15 +26,14 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import ModelOutput
 
 from ...layers.dropout import Dropout
-from ...layers.mlp import MLP
 from ..encoder import (
     EncoderSelfAttention,
-    PooledEncoderStack,
     MaskedLMPredictionHead,
+    PooledEncoderStack,
+    PostNormEncoderLayer,
     TanhPooler,
     default_position_ids,
 )
@@ -44,7 +43,9 @@ from ..heads import (
     QuestionAnsweringHead,
     SequenceClassificationHead,
     TaskHead,
+    TiedDecoderHead,
     TokenClassificationHead,
+    input_shape,
     masked_lm_logits_and_loss,
 )
 from ..input_checks import check_labels_shape
@@ -90,23 +91,13 @@ class XfmrBertAttention(EncoderSelfAttention):
         self.layer_idx = layer_idx
 
 
-class XfmrBertLayer(GradientCheckpointingLayer):
-    """Post-LN block: x = LN(x + Attn(x)); x = LN(x + MLP(x))."""
+class XfmrBertLayer(PostNormEncoderLayer):
+    """Post-LN block: x = LN(x + dropout(Attn(x))); x = LN(x + MLP(x))."""
 
     def __init__(self, config, layer_idx: int):
-        super().__init__()
-        self.attn = XfmrBertAttention(config, layer_idx)
-        self.attn_dropout = Dropout(config.hidden_dropout_prob)
-        self.attn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.mlp = MLP(config.hidden_size, config.intermediate_size, config.hidden_act,
-                       dropout=config.hidden_dropout_prob)
-        self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, varlen=None):
-        attn_out, weights = self.attn(hidden_states, attention_mask, output_attentions, varlen)
-        hidden_states = self.attn_norm(hidden_states + self.attn_dropout(attn_out))
-        hidden_states = self.mlp_norm(hidden_states + self.mlp(hidden_states))
-        return hidden_states, weights
+        super().__init__(XfmrBertAttention(config, layer_idx), config.hidden_size, config.intermediate_size,
+                         config.hidden_act, config.layer_norm_eps, mlp_dropout=config.hidden_dropout_prob,
+                         attn_dropout=config.hidden_dropout_prob)
 
 
 class XfmrBertPooler(TanhPooler):
@@ -179,7 +170,7 @@ class XfmrBertForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
-class XfmrBertForPreTraining(TaskHead, XfmrBertPreTrainedModel):
+class XfmrBertForPreTraining(TiedDecoderHead, TaskHead, XfmrBertPreTrainedModel):
     """MLM + next-sentence prediction (NSP), the original BERT pretraining objective."""
 
     base_model_class = XfmrBertModel
@@ -192,18 +183,11 @@ class XfmrBertForPreTraining(TaskHead, XfmrBertPreTrainedModel):
         self.nsp_head = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
-    def get_output_embeddings(self):
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, new_embeddings):
-        self.lm_head.decoder = new_embeddings
-
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, next_sentence_label=None, output_attentions=None,
                 output_hidden_states=None, return_dict=None):
         """`labels` (B, T) as for MLM; `next_sentence_label` (B,): 0 = B follows A, 1 = B is random."""
-        source = input_ids if input_ids is not None else inputs_embeds
-        check_labels_shape("labels", labels, None if source is None else tuple(source.shape[:2]))
+        check_labels_shape("labels", labels, input_shape(input_ids, inputs_embeds))
         out = self.encode(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                           position_ids=position_ids, inputs_embeds=inputs_embeds, token_labels=labels,
                           output_attentions=output_attentions, output_hidden_states=output_hidden_states)

@@ -28,13 +28,17 @@ size, N number of real (unpadded) tokens or of labelled (masked) positions.
 import torch
 from torch import nn
 from transformers import initialization as init
-from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput
 
 from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
-from ...layers.mlp import MLP
-from ..encoder import EncoderSelfAttention, EncoderStack, MaskedLMPredictionHead, default_position_ids
+from ..encoder import (
+    EncoderSelfAttention,
+    EncoderStack,
+    MaskedLMPredictionHead,
+    PostNormEncoderLayer,
+    default_position_ids,
+)
 from ..heads import (
     DropoutLinear,
     MaskedLMHead,
@@ -93,21 +97,12 @@ class XfmrDistilBertAttention(EncoderSelfAttention):
         self.layer_idx = layer_idx
 
 
-class XfmrDistilBertLayer(GradientCheckpointingLayer):
-    """Post-LN block: x = LN(x + Attn(x)); x = LN(x + dropout(MLP(x)))."""
+class XfmrDistilBertLayer(PostNormEncoderLayer):
+    """Post-LN block: x = LN(x + Attn(x)); x = LN(x + dropout(MLP(x))): no dropout on the attention output."""
 
     def __init__(self, config, layer_idx: int):
-        super().__init__()
-        self.attn = XfmrDistilBertAttention(config, layer_idx)
-        self.attn_norm = nn.LayerNorm(config.dim, eps=LAYER_NORM_EPS)
-        self.mlp = MLP(config.dim, config.hidden_dim, config.activation, dropout=config.dropout)
-        self.mlp_norm = nn.LayerNorm(config.dim, eps=LAYER_NORM_EPS)
-
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, varlen=None):
-        attn_out, weights = self.attn(hidden_states, attention_mask, output_attentions, varlen)
-        hidden_states = self.attn_norm(hidden_states + attn_out)
-        hidden_states = self.mlp_norm(hidden_states + self.mlp(hidden_states))
-        return hidden_states, weights
+        super().__init__(XfmrDistilBertAttention(config, layer_idx), config.dim, config.hidden_dim, config.activation,
+                         LAYER_NORM_EPS, mlp_dropout=config.dropout)
 
 
 class XfmrDistilBertPreTrainedModel(XfmrPreTrainedModel):
