@@ -119,6 +119,7 @@ class XfmrAlbertLayerGroup(nn.Module):
         self.layers = nn.ModuleList(XfmrAlbertLayer(config) for _ in range(config.inner_group_num))
 
 
+# Copied from hf_xfmr.models.bert.modeling_bert.XfmrBertPooler with Bert->Albert, NSP->SOP
 class XfmrAlbertPooler(TanhPooler):
     """tanh(W h_[CLS] + b): the sentence representation used by SOP and sequence-level heads."""
 
@@ -164,6 +165,7 @@ class XfmrAlbertLMHead(MaskedLMPredictionHead):
 
 
 # -- task heads (shared machinery in models/heads.py; ALBERT states its backbone and pooling) --------
+# Copied from hf_xfmr.models.bert.modeling_bert.XfmrBertForMaskedLM with Bert->Albert
 class XfmrAlbertForMaskedLM(MaskedLMHead, XfmrAlbertPreTrainedModel):
     base_model_class = XfmrAlbertModel
     base_model_kwargs = {"add_pooling_layer": False}
@@ -231,16 +233,19 @@ class XfmrAlbertForSequenceClassification(SequenceClassificationHead, XfmrAlbert
     pooling = "pooler"
 
 
+# Copied from hf_xfmr.models.bert.modeling_bert.XfmrBertForTokenClassification with Bert->Albert
 class XfmrAlbertForTokenClassification(TokenClassificationHead, XfmrAlbertPreTrainedModel):
     base_model_class = XfmrAlbertModel
     base_model_kwargs = {"add_pooling_layer": False}
 
 
+# Copied from hf_xfmr.models.bert.modeling_bert.XfmrBertForQuestionAnswering with Bert->Albert
 class XfmrAlbertForQuestionAnswering(QuestionAnsweringHead, XfmrAlbertPreTrainedModel):
     base_model_class = XfmrAlbertModel
     base_model_kwargs = {"add_pooling_layer": False}
 
 
+# Copied from hf_xfmr.models.bert.modeling_bert.XfmrBertForMultipleChoice with Bert->Albert
 class XfmrAlbertForMultipleChoice(MultipleChoiceHead, XfmrAlbertPreTrainedModel):
     """Each (context, choice) pair is encoded separately; pooled [CLS] -> one score per choice."""
 
