@@ -90,6 +90,12 @@ class VarlenBatch(NamedTuple):
             return x.view(*self.shape, *x.shape[1:])
         return pad_input(x, self.indices, *self.shape)
 
+    def pad_outputs(self, hidden_states, all_hidden_states=None):
+        """A stack's outputs back to the padded layout: (N, C) -> (B, T, C) and each collected hidden state
+        likewise (None kept), zeros at padding."""
+        padded = None if all_hidden_states is None else tuple(self.pad(h) for h in all_hidden_states)
+        return self.pad(hidden_states), padded
+
 
 def varlen_batch(attention_mask, batch, seq_len, cu_seqlens=None, device=None):
     """Validate a padded or packed batch and describe its real tokens as a `VarlenBatch`.

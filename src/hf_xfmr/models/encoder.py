@@ -11,7 +11,6 @@ one definition each, so the copies cannot drift apart.
   class: the padding decision, the embeddings, the layers (with the hidden states and attention weights
   collected on request) and the padded layout restored. `PooledEncoderStack.forward`: the whole forward
   of an encoder with token types and an optional [CLS] pooler (BERT, RoBERTa, ALBERT).
-- `collect`: append to an optional tuple of per-layer outputs (every stack's `output_hidden_states`).
 
 Parameter names are the ones every hf_xfmr model uses (`q_proj`, `k_proj`, `v_proj`, `o_proj`; `dense`,
 `norm`, `decoder`), so state-dict keys and the converters' tables are the same as before the sharing.
@@ -30,11 +29,7 @@ from ..layers.dropout import Dropout
 from ..layers.mlp import MLP, get_activation
 from ..layers.padding import encoder_padding
 from .input_checks import check_encoder_inputs
-
-
-def collect(collected: tuple | None, item) -> tuple | None:
-    """`collected + (item,)`, or None when nothing is being collected (the output was not asked for)."""
-    return None if collected is None else collected + (item,)
+from .pretrained import collect
 
 
 class EncoderSelfAttention(nn.Module):
@@ -165,11 +160,10 @@ class EncoderStack:
         all_attentions = () if output_attentions else None
         for layer in layers:
             hidden_states, weights = layer(hidden_states, mask, output_attentions, varlen)
-            all_hidden_states, all_attentions = collect(all_hidden_states, hidden_states), collect(all_attentions, weights)
+            all_hidden_states = collect(all_hidden_states, hidden_states)
+            all_attentions = collect(all_attentions, weights)
         if varlen is not None:  # back to (B, T, C), zeros at padding
-            hidden_states = varlen.pad(hidden_states)
-            if output_hidden_states:
-                all_hidden_states = tuple(varlen.pad(h) for h in all_hidden_states)
+            hidden_states, all_hidden_states = varlen.pad_outputs(hidden_states, all_hidden_states)
         return hidden_states, all_hidden_states, all_attentions
 
 

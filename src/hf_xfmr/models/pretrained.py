@@ -5,13 +5,20 @@ the main input, gradient checkpointing, the kernels (sdpa yes; flash-attn and fl
 architecture says so), conversion of transformers checkpoints on load (`load_hook.ConvertsOnLoad`), the
 default initialisation (`layers.init.normal_init_` with `config.initializer_range`) and the defaults of
 the three output switches of a forward (`output_flags`). An architecture states its `config_class` and
-`_no_split_modules` and overrides what differs.
+`_no_split_modules` and overrides what differs. `collect` gathers the per-layer outputs a forward returns
+on request.
 """
 
 from transformers import PreTrainedModel
 
 from ..layers.init import normal_init_
 from .load_hook import ConvertsOnLoad
+
+
+def collect(collected: tuple | None, item) -> tuple | None:
+    """`collected + (item,)`, or None when nothing is being collected (the output was not asked for): every
+    stack's `output_hidden_states` / `output_attentions` tuples, one entry per layer."""
+    return None if collected is None else collected + (item,)
 
 
 class XfmrPreTrainedModel(ConvertsOnLoad, PreTrainedModel):

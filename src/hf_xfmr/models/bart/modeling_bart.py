@@ -63,7 +63,7 @@ from ..heads import QuestionAnsweringHead, SequenceClassificationHead
 from ..input_checks import check_attention_mask, check_encoder_inputs, check_id_dtype
 from ..seq2seq import (DecoderInputsFromInputs, EncoderEntry, EosClassifier, Seq2SeqAttention, Seq2SeqLMHead,
                        shift_tokens_right)
-from ..pretrained import XfmrPreTrainedModel
+from ..pretrained import XfmrPreTrainedModel, collect
 from .configuration_bart import XfmrBartConfig
 
 POSITION_OFFSET = 2  # fairseq's learned position tables start at row 2 (rows 0-1 were reserved for padding)
@@ -228,15 +228,10 @@ class XfmrBartStack(nn.Module):
                 hidden_states, mask, is_causal, encoder_hidden_states, cross_mask, past_key_values=past_key_values,
                 output_attentions=output_attentions, varlen=varlen,
             )
-            if output_hidden_states:
-                all_hidden += (hidden_states,)
-            if output_attentions:
-                all_self += (self_weights,)
-                all_cross += (cross_weights,)
+            all_hidden = collect(all_hidden, hidden_states)
+            all_self, all_cross = collect(all_self, self_weights), collect(all_cross, cross_weights)
         if varlen is not None:  # back to (B, S, C), zeros at padding
-            hidden_states = varlen.pad(hidden_states)
-            if output_hidden_states:
-                all_hidden = tuple(varlen.pad(h) for h in all_hidden)
+            hidden_states, all_hidden = varlen.pad_outputs(hidden_states, all_hidden)
         return hidden_states, all_hidden, all_self, all_cross
 
 

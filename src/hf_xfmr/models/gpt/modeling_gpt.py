@@ -65,7 +65,7 @@ from ..heads import (
     TokenClassificationHead,
 )
 from ..input_checks import check_encoder_inputs
-from ..pretrained import XfmrPreTrainedModel
+from ..pretrained import XfmrPreTrainedModel, collect
 from .configuration_gpt import XfmrGPTConfig
 
 
@@ -261,17 +261,13 @@ class XfmrGPTModel(XfmrGPTPreTrainedModel):
         for layer in self.layers:
             hidden_states, weights = layer(hidden_states, mask, is_causal, past_key_values=past_key_values,
                                            output_attentions=output_attentions, varlen=varlen)
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            if output_attentions:
-                all_attentions += (weights,)
+            all_hidden_states = collect(all_hidden_states, hidden_states)
+            all_attentions = collect(all_attentions, weights)
         hidden_states = self.norm(hidden_states)
         if output_hidden_states:  # the last entry is the final (normalised) output, as in transformers
             all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
         if varlen is not None:  # back to (B, T, C), zeros at padding
-            hidden_states = varlen.pad(hidden_states)
-            if output_hidden_states:
-                all_hidden_states = tuple(varlen.pad(h) for h in all_hidden_states)
+            hidden_states, all_hidden_states = varlen.pad_outputs(hidden_states, all_hidden_states)
 
         output = BaseModelOutputWithPast(
             last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None,

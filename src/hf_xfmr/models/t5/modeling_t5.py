@@ -50,7 +50,7 @@ from ..generation import cached_length, prepare_cache
 from ..heads import QuestionAnsweringHead, SequenceClassificationHead, TokenClassificationHead
 from ..input_checks import check_attention_mask, check_encoder_inputs, check_tensor
 from ..seq2seq import DecoderInputsFromInputs, EncoderEntry, EosClassifier, Seq2SeqAttention, Seq2SeqLMHead
-from ..pretrained import XfmrPreTrainedModel
+from ..pretrained import XfmrPreTrainedModel, collect
 from .configuration_t5 import XfmrT5Config
 
 
@@ -254,18 +254,13 @@ class XfmrT5Stack(nn.Module):
                 hidden_states, mask, encoder_hidden_states, cross_mask, past_key_values=past_key_values,
                 output_attentions=output_attentions, varlen=varlen,
             )
-            if output_hidden_states:
-                all_hidden += (hidden_states,)
-            if output_attentions:
-                all_self += (self_weights,)
-                all_cross += (cross_weights,)
+            all_hidden = collect(all_hidden, hidden_states)
+            all_self, all_cross = collect(all_self, self_weights), collect(all_cross, cross_weights)
         hidden_states = self.dropout(self.norm(hidden_states))
         if output_hidden_states:  # the last entry is the final (normalised) output
             all_hidden = all_hidden[:-1] + (hidden_states,)
         if varlen is not None:  # back to (B, S, C), zeros at padding
-            hidden_states = varlen.pad(hidden_states)
-            if output_hidden_states:
-                all_hidden = tuple(varlen.pad(h) for h in all_hidden)
+            hidden_states, all_hidden = varlen.pad_outputs(hidden_states, all_hidden)
         return hidden_states, all_hidden, all_self, all_cross
 
 
