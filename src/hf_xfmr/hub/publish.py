@@ -16,6 +16,7 @@ it is never printed. The endpoint comes from `endpoint`, else HF_ENDPOINT. Trans
 (connection errors, timeouts, HTTP 408/429/5xx) are retried with exponential backoff.
 """
 
+import inspect
 import json
 import logging
 import tempfile
@@ -131,41 +132,25 @@ def _operations(folder: Path, files: list[Path], repo_id: str):
     return operations
 
 
-def publish(
-    folder_or_model,
-    repo_id: str,
-    *,
-    tokenizer=None,
-    export_folder=None,
-    revision: str | None = None,
-    private: bool | None = None,
-    create_pr: bool = False,
-    commit_message: str | None = None,
-    token: str | None = None,
-    endpoint: str | None = None,
-    delete_stale: bool = True,
-    max_retries: int = 3,
-    retry_wait: float = 2.0,
-    **export_kwargs,
-):
+def publish(folder_or_model, repo_id: str, *, tokenizer=None, export_folder=None, **options):
     """Publish a model (exported first) or an exported folder to the Hub repository `repo_id`.
 
     Args:
         folder_or_model: an hf_xfmr model, or a folder written by `export` (`hf-xfmr export`).
         repo_id: `owner/name`; the repository is created when it does not exist.
-        tokenizer, **export_kwargs: when a model is given, passed to `export` (card metadata, logs, ...).
+        tokenizer: when a model is given, its tokenizer (passed to `export`).
         export_folder: when a model is given, the folder it is exported to and that stays after the upload
             (e.g. a training run's `hub/`); default a temporary folder, removed afterwards.
-        revision, private, create_pr, commit_message, token, endpoint, delete_stale, max_retries,
-            retry_wait: how the folder is uploaded; see `upload_export`.
+        **options: how the folder is uploaded, the keyword arguments of `upload_export` (`revision`,
+            `private`, `create_pr`, `commit_message`, `token`, `endpoint`, `delete_stale`, `max_retries`,
+            `retry_wait`); when a model is given, the others go to `export` (card metadata, logs, ...).
 
     Returns huggingface_hub's `CommitInfo` (`.oid`, `.commit_url`, `.pr_url`). Raises PublishError (an
     export that fails says "cannot export the model: ...").
     """
     check_repo_id(repo_id)
-    upload = dict(revision=revision, private=private, create_pr=create_pr, commit_message=commit_message,
-                  token=token, endpoint=endpoint, delete_stale=delete_stale, max_retries=max_retries,
-                  retry_wait=retry_wait)
+    upload = {name: options.pop(name) for name in UPLOAD_OPTIONS if name in options}
+    export_kwargs = options
     if isinstance(folder_or_model, PreTrainedModel) or hasattr(folder_or_model, "peft_config"):
         with _export_target(export_folder) as target:
             try:
@@ -248,6 +233,9 @@ def upload_export(
         raise
     except Exception as err:  # noqa: BLE001  (turned into one clear message)
         raise _explain(err, repo_id, revision, api.endpoint, token, retry["max_retries"] + 1) from err
+
+
+UPLOAD_OPTIONS = tuple(inspect.signature(upload_export).parameters)[2:]  # revision, private, ...
 
 
 def _checked_folder(folder) -> tuple[Path, list[Path]]:
