@@ -97,9 +97,9 @@ def task_classes(module, tasks, *, ours: str, theirs: str | None = None, suffixe
 
     Class names follow one convention: ours is `Xfmr{ours}{suffix}`, looked up in `module` (the architecture's
     modeling module), and transformers' is `{theirs}{suffix}` (`theirs` defaults to `ours`), with the suffix
-    of `TASK_CLASS_SUFFIXES`.
-    `suffixes` gives a task another suffix on both sides (XLNet's causal LM is `LMHeadModel`), `hf_names`
-    another transformers name only (GPT-2's causal LM is `GPT2LMHeadModel`, ours `XfmrGPTForCausalLM`).
+    of `TASK_CLASS_SUFFIXES`. `suffixes` gives a task another suffix on both sides (XLNet's causal LM is
+    `LMHeadModel`), `hf_names` another transformers name only (GPT-2's causal LM is `GPT2LMHeadModel`, ours
+    `XfmrGPTForCausalLM`). A class missing from `module` is an AttributeError at import, naming it.
     """
     suffixes = {**TASK_CLASS_SUFFIXES, **(suffixes or {})}
     theirs = ours if theirs is None else theirs

@@ -20,7 +20,7 @@ CONVERSION = dataclasses.replace(
     hf_model_type="roberta",
     tasks=task_classes(modeling_roberta, ENCODER_TASKS, ours="Roberta"),
     hf_base_prefix="roberta",
-    hf_config_class=None,
+    hf_config_class=None,  # None: derived again, RoBERTa's (see `Conversion`)
     config_class=None,
     head_rules=HEAD_RULES,
     aliases={"lm_head.bias": "lm_head.decoder.bias"},
