@@ -261,13 +261,20 @@ class MaskedLMHead(TiedDecoderHead, TaskHead):
                                           attentions=out.attentions), return_dict)
 
 
-class SequenceClassificationHead(TaskHead):
-    """Pooled vector -> `classifier` -> (B, num_labels). Regression when `num_labels == 1`."""
+class ClassifierHead(TaskHead):
+    """Base of the heads with one `classifier` (`build_classifier(config, classifier_outputs(config))`)."""
+
+    def classifier_outputs(self, config) -> int:
+        return config.num_labels
 
     def __init__(self, config):
         super().__init__(config)
-        self.classifier = self.build_classifier(config, config.num_labels)
+        self.classifier = self.build_classifier(config, self.classifier_outputs(config))
         self.post_init()
+
+
+class SequenceClassificationHead(ClassifierHead):
+    """Pooled vector -> `classifier` -> (B, num_labels). Regression when `num_labels == 1`."""
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
@@ -286,17 +293,12 @@ class SequenceClassificationHead(TaskHead):
         return self.finish(self.task_output(SequenceClassifierOutput, out, loss=loss, logits=logits), return_dict)
 
 
-class TokenClassificationHead(TaskHead):
+class TokenClassificationHead(ClassifierHead):
     """`classifier` on every token -> (B, T, num_labels).
 
     After unpadding (`config.unpad_inputs`) the hidden states at padding positions are zeros, so the logits
     there are the classifier's output for a zero vector; label padding -100 (as transformers' collators
     do) and the loss is the reference's."""
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.classifier = self.build_classifier(config, config.num_labels)
-        self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
@@ -360,13 +362,11 @@ class QuestionAnsweringHead(TaskHead):
                                             end_logits=end_logits), return_dict)
 
 
-class MultipleChoiceHead(TaskHead):
+class MultipleChoiceHead(ClassifierHead):
     """Each (context, choice) pair is encoded separately; pooled vector -> one score per choice."""
 
-    def __init__(self, config):
-        super().__init__(config)
-        self.classifier = self.build_classifier(config, 1)
-        self.post_init()
+    def classifier_outputs(self, config) -> int:
+        return 1  # one score per choice
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,

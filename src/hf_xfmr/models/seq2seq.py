@@ -82,6 +82,17 @@ def check_decoder_inputs(decoder_input_ids, decoder_inputs_embeds, labels) -> No
         )
 
 
+class SharedInputEmbeddings:
+    """Mixin of an encoder-decoder backbone whose encoder and decoder read one token table, `self.shared`:
+    the input-embedding accessors transformers uses to tie and resize it."""
+
+    def get_input_embeddings(self):
+        return self.shared
+
+    def set_input_embeddings(self, value):
+        self.shared = value
+
+
 class EncoderEntry:
     """The encoder half of an encoder-decoder as a callable `generate()` can run on its own.
 

@@ -61,9 +61,16 @@ from ..generation import (
 )
 from ..heads import QuestionAnsweringHead, SequenceClassificationHead
 from ..input_checks import check_attention_mask, check_encoder_inputs, check_id_dtype
-from ..seq2seq import (DecoderInputsFromInputs, EncoderEntry, EosClassifier, Seq2SeqAttention, Seq2SeqLMHead,
-                       shift_tokens_right)
 from ..pretrained import XfmrPreTrainedModel, collect
+from ..seq2seq import (
+    DecoderInputsFromInputs,
+    EncoderEntry,
+    EosClassifier,
+    Seq2SeqAttention,
+    Seq2SeqLMHead,
+    SharedInputEmbeddings,
+    shift_tokens_right,
+)
 from .configuration_bart import XfmrBartConfig
 
 POSITION_OFFSET = 2  # fairseq's learned position tables start at row 2 (rows 0-1 were reserved for padding)
@@ -254,7 +261,7 @@ def _check_mask(name, mask, embeds, values=True):
                          f"{tuple(embeds.shape[:2])}; it must be 2-D with one 0/1 entry per token.")
 
 
-class XfmrBartModel(XfmrBartPreTrainedModel):
+class XfmrBartModel(SharedInputEmbeddings, XfmrBartPreTrainedModel):
     """Encoder and decoder sharing one embedding matrix (`BartModel`); returns the decoder output. Without
     decoder inputs the decoder reads `input_ids` shifted right (the reference's denoising default)."""
 
@@ -265,12 +272,6 @@ class XfmrBartModel(XfmrBartPreTrainedModel):
         self.encoder = XfmrBartStack(config, is_decoder=False)
         self.decoder = XfmrBartStack(config, is_decoder=True)
         self.post_init()
-
-    def get_input_embeddings(self):
-        return self.shared
-
-    def set_input_embeddings(self, value):
-        self.shared = value
 
     def get_encoder(self, modality=None):
         return EncoderEntry(self.run_encoder)
@@ -344,7 +345,7 @@ class XfmrBartModel(XfmrBartPreTrainedModel):
         return output if return_dict else output.to_tuple()
 
 
-class XfmrBartDecoderModel(XfmrBartPreTrainedModel):
+class XfmrBartDecoderModel(SharedInputEmbeddings, XfmrBartPreTrainedModel):
     """The decoder alone (`BartForCausalLM`'s backbone): token embeddings (`shared`) and the decoder stack,
     whose cross-attention runs only when `encoder_hidden_states` are given."""
 
@@ -354,12 +355,6 @@ class XfmrBartDecoderModel(XfmrBartPreTrainedModel):
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.decoder = XfmrBartStack(config, is_decoder=True)
         self.post_init()
-
-    def get_input_embeddings(self):
-        return self.shared
-
-    def set_input_embeddings(self, value):
-        self.shared = value
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
                 inputs_embeds=None, encoder_hidden_states=None, encoder_attention_mask=None, use_cache=None,

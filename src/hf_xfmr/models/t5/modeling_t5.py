@@ -49,8 +49,15 @@ from ...layers.relative_t5 import relative_position_bias
 from ..generation import cached_length, prepare_cache
 from ..heads import QuestionAnsweringHead, SequenceClassificationHead, TokenClassificationHead
 from ..input_checks import check_attention_mask, check_encoder_inputs, check_tensor
-from ..seq2seq import DecoderInputsFromInputs, EncoderEntry, EosClassifier, Seq2SeqAttention, Seq2SeqLMHead
 from ..pretrained import XfmrPreTrainedModel, collect
+from ..seq2seq import (
+    DecoderInputsFromInputs,
+    EncoderEntry,
+    EosClassifier,
+    Seq2SeqAttention,
+    Seq2SeqLMHead,
+    SharedInputEmbeddings,
+)
 from .configuration_t5 import XfmrT5Config
 
 
@@ -303,7 +310,7 @@ def _check_mask(name, mask, embeds, values=True):
         check_attention_mask(name, mask)
 
 
-class XfmrT5EncoderModel(XfmrT5PreTrainedModel):
+class XfmrT5EncoderModel(SharedInputEmbeddings, XfmrT5PreTrainedModel):
     """The encoder alone (`T5EncoderModel`): embeddings and the bidirectional stack."""
 
     def __init__(self, config):
@@ -311,12 +318,6 @@ class XfmrT5EncoderModel(XfmrT5PreTrainedModel):
         self.shared = nn.Embedding(config.vocab_size, config.d_model)
         self.encoder = XfmrT5Stack(config, is_decoder=False)
         self.post_init()
-
-    def get_input_embeddings(self):
-        return self.shared
-
-    def set_input_embeddings(self, value):
-        self.shared = value
 
     def get_encoder(self, modality=None):
         return EncoderEntry(self.run_encoder)
