@@ -12,6 +12,7 @@ transformers does, with a warning.
 
 import contextlib
 import contextvars
+import copy
 import dataclasses
 import difflib
 import warnings
@@ -222,6 +223,8 @@ class XfmrPretrainedConfig(PretrainedConfig):
 
     presets: ClassVar[dict] = {}
     field_checks: ClassVar[FieldChecks] = FieldChecks()
+    # An encoder-decoder whose `num_hidden_layers` is the encoder's depth names its decoder-depth field here.
+    decoder_layers_field: ClassVar[str | None] = None
 
     def __post_init__(self, **kwargs):
         for alias, name in self.attribute_map.items():
@@ -241,6 +244,19 @@ class XfmrPretrainedConfig(PretrainedConfig):
     def check_own_fields(self) -> None:
         """The architecture's checks beyond `field_checks` (relations between fields, ...): run after the
         declared checks, so the fields they read are already known valid, and before the special-token ids."""
+
+    def get_text_config(self, decoder=None, encoder=None):
+        """transformers sizes a generation cache from `get_text_config(decoder=True).num_hidden_layers`. For an
+        encoder-decoder (`decoder_layers_field`) that is the encoder's depth, so the decoder's view is a copy
+        reporting the decoder's depth there."""
+        if self.decoder_layers_field is not None and decoder and not encoder:
+            encoder_field = self.attribute_map["num_hidden_layers"]
+            depth = getattr(self, self.decoder_layers_field)
+            if depth != getattr(self, encoder_field):
+                view = copy.copy(self)
+                view.__dict__[encoder_field] = depth
+                return view
+        return super().get_text_config(decoder=decoder, encoder=encoder)
 
     @classmethod
     def from_preset(cls, name: str, **overrides):

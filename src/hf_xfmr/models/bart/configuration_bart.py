@@ -7,8 +7,6 @@ checkpoints convert field by field; `hidden_size`, `num_attention_heads` and `nu
 aliases, as in transformers.
 """
 
-import copy
-
 from ..config_utils import ACTIVATIONS, FieldChecks, XfmrPretrainedConfig
 from .presets import BART_PRESETS
 
@@ -49,6 +47,7 @@ class XfmrBartConfig(XfmrPretrainedConfig):
     model_type = "xfmr-bart"
     presets = BART_PRESETS
     keys_to_ignore_at_inference = ["past_key_values", "cache"]
+    decoder_layers_field = "decoder_layers"  # the decoder's depth (`num_hidden_layers` is `encoder_layers`)
     attribute_map = {
         "hidden_size": "d_model",
         "num_attention_heads": "encoder_attention_heads",
@@ -101,12 +100,3 @@ class XfmrBartConfig(XfmrPretrainedConfig):
             if isinstance(getattr(self, name), (list, tuple)):
                 raise ValueError(f"`{name}`={getattr(self, name)!r}: pass a single id (BART: 2); the generation "
                                  f"config may still list several.")
-
-    def get_text_config(self, decoder=None, encoder=None):
-        """transformers sizes a generation cache from `get_text_config(decoder=True).num_hidden_layers`:
-        the decoder's view reports `decoder_layers` there."""
-        if decoder and not encoder and self.decoder_layers != self.encoder_layers:
-            view = copy.copy(self)
-            view.__dict__["encoder_layers"] = self.decoder_layers
-            return view
-        return super().get_text_config(decoder=decoder, encoder=encoder)

@@ -8,8 +8,6 @@ decides whether the output layer shares the embedding matrix (and, as in T5 v1.0
 output by d_model^-0.5 when it does); transformers 5 keeps the head tied whatever the flag says.
 """
 
-import copy
-
 from ..config_utils import FieldChecks, XfmrPretrainedConfig
 from .presets import T5_PRESETS
 
@@ -67,6 +65,7 @@ class XfmrT5Config(XfmrPretrainedConfig):
     model_type = "xfmr-t5"
     presets = T5_PRESETS
     keys_to_ignore_at_inference = ["past_key_values", "cache"]
+    decoder_layers_field = "num_decoder_layers"  # the decoder's depth (`num_hidden_layers` is `num_layers`)
     attribute_map = {
         "hidden_size": "d_model",
         "num_attention_heads": "num_heads",
@@ -128,15 +127,6 @@ class XfmrT5Config(XfmrPretrainedConfig):
                              f"config may still list several.")
         if not self.is_encoder_decoder:
             raise ValueError("`is_encoder_decoder` must be True for T5 (use XfmrT5EncoderModel for the encoder alone).")
-
-    def get_text_config(self, decoder=None, encoder=None):
-        """transformers sizes a generation cache from `get_text_config(decoder=True).num_hidden_layers`:
-        the decoder's view reports `num_decoder_layers` there."""
-        if decoder and not encoder and self.num_decoder_layers != self.num_layers:
-            view = copy.copy(self)
-            view.__dict__["num_layers"] = self.num_decoder_layers
-            return view
-        return super().get_text_config(decoder=decoder, encoder=encoder)
 
     @property
     def dense_act_fn(self) -> str:
