@@ -15,7 +15,7 @@
 - each field with a help text is an option, spelled with underscores and with dashes (`--max_steps`,
   `--max-steps`), plus the older names in `metadata["aliases"]`; help shows them once, together;
 - `metadata["positional"]` fields are positional arguments (SRC, OUT);
-- a `bool` field is a switch: `--lora` (or `--lora false`: it takes an optional true/false, as
+- a `bool` field is a switch: `--lora` (or `--lora false`: it takes an optional true/false, `[BOOL]`, as
   transformers' HfArgumentParser made it, except in commands with positional arguments, where a value after
   the switch would be taken for one); a switch that defaults to on also has `--no_<name>`;
 - `Literal[...]` fields offer their choices; `list[...]` fields take several values (or, with
@@ -118,7 +118,7 @@ def _option_settings(field: dataclasses.Field, hint, switches_take_values: bool)
     if parser.is_bool and not parser.optional:
         if not switches_take_values:
             return {**settings, "action": "store_true"}
-        return {"nargs": "?", "const": True, "type": parser.parse, **settings}
+        return {"nargs": "?", "const": True, "type": parser.parse, "metavar": "BOOL", **settings}
     if parser.parse is not None:
         builtin = getattr(parser.parse, "number", parser.parse) in (int, float)
         settings["type"] = parser.parse if builtin else _naming_errors(parser.parse, f"--{field.name}")
