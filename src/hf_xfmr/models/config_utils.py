@@ -61,6 +61,14 @@ def check_divisible(name: str, value: int, by_name: str, by: int) -> None:
         )
 
 
+def check_single_id(name: str, value: Any, example: str) -> None:
+    """A special id the model reads as one token (an end-of-sequence id), not the list transformers' generation
+    configs allow; `example` is the architecture's own ("T5: 1")."""
+    if isinstance(value, (list, tuple)):
+        raise ValueError(f"`{name}`={value!r}: pass a single id ({example}); the generation config may still "
+                         f"list several.")
+
+
 # Special-token ids outside [0, vocab_size) are an error in a config built in code. A config read from an
 # existing checkpoint keeps them: transformers accepts them with a warning, and `GPT2Config(vocab_size=32000)`
 # keeps bos/eos=50256. Conversion and loading run inside `special_ids_outside_vocab_allowed()`.

@@ -7,7 +7,7 @@ checkpoints convert field by field; `hidden_size`, `num_attention_heads` and `nu
 aliases, as in transformers.
 """
 
-from ..config_utils import ACTIVATIONS, FieldChecks, XfmrPretrainedConfig
+from ..config_utils import ACTIVATIONS, FieldChecks, XfmrPretrainedConfig, check_single_id
 from .presets import BART_PRESETS
 
 
@@ -97,6 +97,4 @@ class XfmrBartConfig(XfmrPretrainedConfig):
     def check_own_fields(self):
         """One end-of-sequence id, not a list (checked before the ids themselves)."""
         for name in ("eos_token_id", "forced_eos_token_id"):
-            if isinstance(getattr(self, name), (list, tuple)):
-                raise ValueError(f"`{name}`={getattr(self, name)!r}: pass a single id (BART: 2); the generation "
-                                 f"config may still list several.")
+            check_single_id(name, getattr(self, name), "BART: 2")

@@ -8,7 +8,7 @@ decides whether the output layer shares the embedding matrix (and, as in T5 v1.0
 output by d_model^-0.5 when it does); transformers 5 keeps the head tied whatever the flag says.
 """
 
-from ..config_utils import FieldChecks, XfmrPretrainedConfig
+from ..config_utils import FieldChecks, XfmrPretrainedConfig, check_single_id
 from .presets import T5_PRESETS
 
 FEED_FORWARD_ACTIVATIONS = ("relu", "gelu", "gelu_new", "silu")
@@ -122,9 +122,7 @@ class XfmrT5Config(XfmrPretrainedConfig):
                 f"T5 uses 128 with 32 buckets."
             )
         feed_forward_activation(self.feed_forward_proj)
-        if isinstance(self.eos_token_id, (list, tuple)):
-            raise ValueError(f"`eos_token_id`={self.eos_token_id!r}: pass a single id (T5: 1); the generation "
-                             f"config may still list several.")
+        check_single_id("eos_token_id", self.eos_token_id, "T5: 1")
         if not self.is_encoder_decoder:
             raise ValueError("`is_encoder_decoder` must be True for T5 (use XfmrT5EncoderModel for the encoder alone).")
 

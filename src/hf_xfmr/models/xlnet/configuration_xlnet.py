@@ -6,7 +6,7 @@ Field names follow transformers' `XLNetConfig` (`d_model`, `n_layer`, `n_head`, 
 convert field by field; `hidden_size`, `num_attention_heads` and `num_hidden_layers` are aliases.
 """
 
-from ..config_utils import ACTIVATIONS, FieldChecks, XfmrPretrainedConfig, check_non_negative_int
+from ..config_utils import ACTIVATIONS, FieldChecks, XfmrPretrainedConfig, check_non_negative_int, check_single_id
 from .presets import XLNET_PRESETS
 
 SUMMARY_TYPES = ("last", "first", "mean")
@@ -118,5 +118,4 @@ class XfmrXLNetConfig(XfmrPretrainedConfig):
                 check_non_negative_int(name, getattr(self, name))
         if not isinstance(self.clamp_len, int) or isinstance(self.clamp_len, bool) or self.clamp_len < -1:
             raise ValueError(f"`clamp_len` must be -1 (no clamping) or a non-negative integer, got {self.clamp_len!r}.")
-        if isinstance(self.eos_token_id, (list, tuple)):
-            raise ValueError(f"`eos_token_id`={self.eos_token_id!r}: pass a single end-of-sequence id.")
+        check_single_id("eos_token_id", self.eos_token_id, "XLNet: 2")
