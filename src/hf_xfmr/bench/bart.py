@@ -19,6 +19,7 @@ TRAIN_SETTINGS = dict(dtype="fp32", chunked_lm_loss=True, device="cpu", seed=0)
 
 
 def _reference(s: dict, dropout=0.1):
+    """`BartForConditionalGeneration` (sdpa) at the sizes of `s`, random weights."""
     import transformers
 
     config = transformers.BartConfig(

@@ -19,6 +19,7 @@ TRAIN_SETTINGS = dict(dtype="fp32", chunked_lm_loss=True, feed_forward_proj="rel
 
 
 def _reference(s: dict, feed_forward_proj="relu", dropout=0.1):
+    """`T5ForConditionalGeneration` (sdpa) at the sizes of `s`, random weights."""
     import transformers
 
     config = transformers.T5Config(
