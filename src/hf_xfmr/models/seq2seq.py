@@ -7,6 +7,9 @@
 - `EncoderEntry`: what `get_encoder()` returns. transformers' `generate` calls it once with the
   prompt and then only the decoder, step by step, with the encoder output, a self-attention cache and
   the cross-attention keys/values computed on the first step (an `EncoderDecoderCache`).
+- `check_encoder_batch` and `seq2seq_model_output`: the backbone's last steps, the encoder output and the
+  decoder inputs checked against each other, and the decoder's and encoder's outputs as one
+  `Seq2SeqModelOutput`. `SharedInputEmbeddings`: the accessors of the one token table (`shared`).
 - `Seq2SeqAttention`: the query/key/value projections and the KV cache of an encoder-decoder attention
   layer: self-attention appends to the self-attention cache; cross-attention projects the encoder output
   on the first decoding step, keeps it in the cross-attention cache and reuses it afterwards.
@@ -34,6 +37,7 @@ from transformers.modeling_outputs import (
     BaseModelOutput,
     QuestionAnsweringModelOutput,
     Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
     Seq2SeqQuestionAnsweringModelOutput,
     Seq2SeqSequenceClassifierOutput,
     SequenceClassifierOutput,
@@ -80,6 +84,27 @@ def check_decoder_inputs(decoder_input_ids, decoder_inputs_embeds, labels) -> No
             f"predicts one label per input. Pass only `labels` (the decoder inputs are then the labels shifted "
             f"right) or decoder inputs of the labels' shape."
         )
+
+
+def check_encoder_batch(encoder_hidden, decoder_embeds) -> None:
+    """The decoder reads one target sequence per encoded input: (B, S, C) and (B, T, C) must share B."""
+    if encoder_hidden.shape[0] != decoder_embeds.shape[0]:
+        raise ValueError(f"The encoder batch has {encoder_hidden.shape[0]} rows but the decoder inputs "
+                         f"{decoder_embeds.shape[0]}; pass one target sequence per input sequence.")
+
+
+def seq2seq_model_output(decoder_outputs: tuple, encoder_outputs: BaseModelOutput, cache, return_dict: bool):
+    """A backbone's result: the decoder stack's (hidden (B, T, C), hidden states, self-attention weights,
+    cross-attention weights) and the encoder's output as a `Seq2SeqModelOutput` (a tuple without
+    `return_dict`); `cache` is the `EncoderDecoderCache` to return, or None."""
+    hidden, all_hidden, all_self, all_cross = decoder_outputs
+    output = Seq2SeqModelOutput(
+        last_hidden_state=hidden, cache=cache,
+        decoder_hidden_states=all_hidden, decoder_attentions=all_self, cross_attentions=all_cross,
+        encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+        encoder_hidden_states=encoder_outputs.hidden_states, encoder_attentions=encoder_outputs.attentions,
+    )
+    return output if return_dict else output.to_tuple()
 
 
 class SharedInputEmbeddings:

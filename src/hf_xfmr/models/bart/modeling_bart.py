@@ -43,7 +43,7 @@ import torch
 from torch import nn
 from transformers.cache_utils import EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPast, Seq2SeqModelOutput
+from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPast
 
 from ...layers.attention import resolve_kernel, self_attention
 from ...layers.dropout import Dropout
@@ -69,6 +69,8 @@ from ..seq2seq import (
     Seq2SeqAttention,
     Seq2SeqLMHead,
     SharedInputEmbeddings,
+    check_encoder_batch,
+    seq2seq_model_output,
     shift_tokens_right,
 )
 from .configuration_bart import XfmrBartConfig
@@ -319,9 +321,7 @@ class XfmrBartModel(SharedInputEmbeddings, XfmrBartPreTrainedModel):
         past_key_values = prepare_cache(past_key_values, use_cache, config, cross_attention=True)
         embeds = self.embed(decoder_input_ids, decoder_inputs_embeds, ids_name="decoder_input_ids")  # (B, T, C)
         encoder_hidden = encoder_outputs.last_hidden_state  # (B, S, C)
-        if encoder_hidden.shape[0] != embeds.shape[0]:
-            raise ValueError(f"The encoder batch has {encoder_hidden.shape[0]} rows but the decoder inputs "
-                             f"{embeds.shape[0]}; pass one target sequence per input sequence.")
+        check_encoder_batch(encoder_hidden, embeds)
         if attention_mask is not None:
             _check_mask("attention_mask", attention_mask, encoder_hidden, values=not encoder_ran)
         past_length = cached_length(past_key_values.self_attention_cache) if past_key_values is not None else 0
@@ -332,17 +332,12 @@ class XfmrBartModel(SharedInputEmbeddings, XfmrBartPreTrainedModel):
             raise ValueError(f"`decoder_attention_mask` has shape {tuple(decoder_attention_mask.shape)} but must be "
                              f"{expected}{cached}: 2-D, one 0/1 entry per decoder token (the causal part is added "
                              f"by the model).")
-        hidden, all_hidden, all_self, all_cross = self.decoder(
+        decoder_outputs = self.decoder(
             embeds, decoder_attention_mask, None, encoder_hidden, attention_mask, past_key_values=past_key_values,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states,
         )
-        output = Seq2SeqModelOutput(
-            last_hidden_state=hidden, cache=past_key_values if use_cache else None,
-            decoder_hidden_states=all_hidden, decoder_attentions=all_self, cross_attentions=all_cross,
-            encoder_last_hidden_state=encoder_hidden, encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_attentions=encoder_outputs.attentions,
-        )
-        return output if return_dict else output.to_tuple()
+        return seq2seq_model_output(decoder_outputs, encoder_outputs, past_key_values if use_cache else None,
+                                    return_dict)
 
 
 class XfmrBartDecoderModel(SharedInputEmbeddings, XfmrBartPreTrainedModel):

@@ -36,7 +36,7 @@ H heads, D d_kv, F d_ff, V vocabulary, N real (unpadded) encoder tokens, L the l
 import torch
 from torch import nn
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutput, Seq2SeqModelOutput
+from transformers.modeling_outputs import BaseModelOutput
 
 from ...layers.attention import resolve_kernel, self_attention
 from ...layers.dropout import Dropout
@@ -57,6 +57,8 @@ from ..seq2seq import (
     Seq2SeqAttention,
     Seq2SeqLMHead,
     SharedInputEmbeddings,
+    check_encoder_batch,
+    seq2seq_model_output,
 )
 from .configuration_t5 import XfmrT5Config
 
@@ -375,22 +377,15 @@ class XfmrT5Model(XfmrT5EncoderModel):
         embeds = _embed(self.shared, decoder_input_ids, decoder_inputs_embeds, config.vocab_size,
                         "decoder_input_ids")  # (B, T, C)
         encoder_hidden = encoder_outputs.last_hidden_state  # (B, S, C)
-        if encoder_hidden.shape[0] != embeds.shape[0]:
-            raise ValueError(f"The encoder batch has {encoder_hidden.shape[0]} rows but the decoder inputs "
-                             f"{embeds.shape[0]}; pass one target sequence per input sequence.")
+        check_encoder_batch(encoder_hidden, embeds)
         _check_mask("attention_mask", attention_mask, encoder_hidden, values=not encoder_ran)
         check_attention_mask("decoder_attention_mask", decoder_attention_mask)  # (its shape: in the stack)
-        hidden, all_hidden, all_self, all_cross = self.decoder(
+        decoder_outputs = self.decoder(
             embeds, decoder_attention_mask, encoder_hidden, attention_mask, past_key_values=past_key_values,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states,
         )
-        output = Seq2SeqModelOutput(
-            last_hidden_state=hidden, cache=past_key_values if use_cache else None,
-            decoder_hidden_states=all_hidden, decoder_attentions=all_self, cross_attentions=all_cross,
-            encoder_last_hidden_state=encoder_hidden, encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_attentions=encoder_outputs.attentions,
-        )
-        return output if return_dict else output.to_tuple()
+        return seq2seq_model_output(decoder_outputs, encoder_outputs, past_key_values if use_cache else None,
+                                    return_dict)
 
 
 # -- heads (shared machinery in models/heads.py and models/seq2seq.py) --------------------------------
