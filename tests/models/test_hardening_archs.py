@@ -1,6 +1,6 @@
 """The input, label and loss guarantees of the shared heads, checked on every architecture and head.
 
-Each architecture builds its heads from `models/heads.py`, `models/generation.py` and `models/seq2seq.py`
+Each architecture builds its heads from `models/heads.py`, `models/causal_lm.py` and `models/seq2seq.py`
 and checks its inputs with `models/input_checks.py`; these tests hold every registered head to the same
 promises: labels of the wrong shape are rejected, a batch with nothing to predict gives loss 0 and no
 gradient (never NaN), empty inputs get a clear error, positions beyond the table are rejected, and the
