@@ -7,9 +7,12 @@ from hf_xfmr.layers.attention import (
     eager_attention_forward,
     flash_varlen_attention,
     resolve_kernel,
+    resolve_varlen_kernel,
     sdpa_attention_forward,
+    sdpa_unchecked_forward,
     varlen_attention_reference,
 )
+from hf_xfmr.layers.fused_dropout import attention_with_dropout
 from hf_xfmr.layers.masks import (
     block_diagonal_mask,
     causal_mask,
@@ -251,6 +254,35 @@ def test_models_resolve_ours_first_then_transformers_registry():
         return eager_attention_forward(module, query, key, value, attention_mask, **kwargs)
     AttentionInterface.register("hf_xfmr_test_custom", custom)
     assert resolve_kernel("hf_xfmr_test_custom") is custom
+
+
+def test_every_kernel_decision_of_the_models_is_a_resolve_kernel_option():
+    """The choices the models used to make themselves: eager for the weights, torch's sdpa unchecked for
+    masks that leave no row empty, the fused-dropout kernel in fp32 CPU training, flash-attn's varlen kernel."""
+    assert resolve_kernel("sdpa", output_attentions=True) is eager_attention_forward
+    assert resolve_kernel("sdpa", finite_masks=True) is sdpa_unchecked_forward
+    assert resolve_kernel("eager", finite_masks=True) is eager_attention_forward
+    assert resolve_varlen_kernel("flash_attention_2") is flash_varlen_attention
+    assert resolve_varlen_kernel("sdpa") is None and resolve_varlen_kernel("eager") is None
+
+    q, k, v = make_qkv()
+    bias = torch.randn(B, H, T, T, generator=torch.Generator().manual_seed(1))  # finite: every row sees keys
+    out, weights = sdpa_unchecked_forward(None, q, k, v, bias, scaling=0.5)
+    assert weights is None
+    torch.testing.assert_close(out, sdpa_attention_forward(None, q, k, v, bias, scaling=0.5)[0])
+
+    module = nn.Module().train()
+    for name in ("eager", "sdpa"):
+        kernel = resolve_kernel(name, fused_cpu_dropout=True)
+        torch.manual_seed(3)
+        out, _ = kernel(module, q, k, v, None, scaling=0.5, dropout=0.2, is_causal=True)
+        torch.manual_seed(3)
+        expected = attention_with_dropout(q, k, v, causal_mask(T, T), scaling=0.5, p=0.2)
+        assert torch.equal(out, expected), name
+        # no dropout (eval): the kernel itself
+        plain = resolve_kernel(name)(module, q, k, v, None, scaling=0.5, dropout=0.0, is_causal=True)[0]
+        assert torch.equal(kernel(module.eval(), q, k, v, None, scaling=0.5, dropout=0.0, is_causal=True)[0], plain)
+        module.train()
 
 
 def test_flash_attention_missing_gives_install_hint():

@@ -12,6 +12,7 @@ from .attention import (
     flash_varlen_attention,
     local_attention,
     resolve_kernel,
+    resolve_varlen_kernel,
     sdpa_attention_forward,
     self_attention,
     varlen_attention,

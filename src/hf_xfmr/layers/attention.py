@@ -171,6 +171,13 @@ def resolve_kernel(implementation: str, output_attentions: bool = False, *, fuse
     return with_fused_cpu_dropout(kernel) if fused_cpu_dropout else kernel
 
 
+def resolve_varlen_kernel(implementation: str):
+    """The kernel for packed unpadded tokens (N, H, D) under a config's `_attn_implementation`:
+    `flash_varlen_attention` for "flash_attention_2"; None for every other name, whose padded kernel
+    (`resolve_kernel`) then runs document by document (`varlen_attention`)."""
+    return flash_varlen_attention if implementation == "flash_attention_2" else None
+
+
 def _import_flash_attn():
     """Import flash_attn on demand: it is an optional, CUDA-only dependency."""
     try:

@@ -29,7 +29,7 @@ from torch import nn
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput
 
-from ...layers.attention import flash_varlen_attention, varlen_attention
+from ...layers.attention import resolve_varlen_kernel, varlen_attention
 from ...layers.cross_entropy import linear_cross_entropy
 from ...layers.dropout import Dropout
 from ...layers.init import truncated_normal_init_
@@ -96,9 +96,10 @@ class XfmrModernBertAttention(EncoderSelfAttention):
         dropout = self.dropout_p if self.training else 0.0
         weights = None
         if varlen is not None:
-            if self.config._attn_implementation == "flash_attention_2":
-                out = flash_varlen_attention(q, k, v, varlen.cu_seqlens, varlen.max_seqlen, dropout=dropout,
-                                             scaling=self.scaling, window=self.window)  # (N, H, D)
+            flash = resolve_varlen_kernel(self.config._attn_implementation)
+            if flash is not None:
+                out = flash(q, k, v, varlen.cu_seqlens, varlen.max_seqlen, dropout=dropout, scaling=self.scaling,
+                            window=self.window)  # (N, H, D)
             else:
                 out = varlen_attention(self, self.kernel(), q, k, v, varlen.bounds, scaling=self.scaling,
                                        window=self.window, dropout=dropout)  # (N, H, D)
