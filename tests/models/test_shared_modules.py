@@ -76,3 +76,15 @@ def test_every_task_head_comes_from_the_shared_home(arch):
         found += 1
         assert issubclass(getattr(module, name), getattr(heads, SHARED_HEADS[suffix])), name
     assert found >= 2, f"{arch}: no task heads found"  # BART has two (sequence classification, QA)
+
+
+@pytest.mark.parametrize("arch", ["bert", "albert", "distilbert", "modernbert", "gpt", "xlnet", "t5", "bart"])
+def test_set_attn_implementation_takes_effect(arch):
+    """Every attention layer picks its kernel per call through `layers.attention.resolve_kernel`, so
+    switching the implementation on a built model is honoured (`XfmrPreTrainedModel`)."""
+    from hf_xfmr.models import get_architecture
+
+    spec = get_architecture(arch)
+    model = spec.classes["base"]._from_config(spec.config_class.from_preset("tiny"), attn_implementation="sdpa")
+    model.set_attn_implementation("eager")
+    assert model.config._attn_implementation == "eager"
