@@ -109,6 +109,17 @@ class XfmrXLNetEmbeddings(nn.Module):
 
 
 @dataclass
+class XLNetQueryRows:
+    """Which rows the query stream computes: `positions` (B, P) and `valid` (B, P, 0 on unused slots) for
+    one-hot targets, or a general `mapping` (B, P, L); `count` is P, None without targets."""
+
+    positions: torch.Tensor | None = None
+    valid: torch.Tensor | None = None
+    mapping: torch.Tensor | None = None
+    count: int | None = None
+
+
+@dataclass
 class XLNetKeys:
     """What both streams of one layer attend over, computed once per layer by `XfmrXLNetRelativeAttention.keys`.
 
@@ -155,15 +166,16 @@ class XfmrXLNetRelativeAttention(nn.Module):
         k, v = self.heads(self.k_proj(cat)), self.heads(self.v_proj(cat))  # (B, H, K, D) each
         return XLNetKeys(k=k, v=v, k_r=self.heads(self.r_proj(pos_emb)), key_types=key_types, qlen=h.shape[1])
 
-    def forward(self, x, keys: XLNetKeys, mask=None, *, query_types=None, positions=None, mapping=None,
-                valid=None, output_attentions=False):
-        """One stream: x (B, R, C) -> (o_proj output (B, R', C), weights (B, H, R, K) or None).
+    def forward(self, x, keys: XLNetKeys, mask=None, *, query_types=None, rows: XLNetQueryRows | None = None,
+                output_attentions=False):
+        """One stream: x (B, R, C) -> (o_proj output (B, R, C), weights (B, H, R or L, K) or None).
 
         mask: (B, R, K) additive, or None. query_types: (B, R) segment ids of the query rows (with
-        `keys.key_types`). positions: (B, P) segment positions of the rows, None = the L segment rows in
-        order. mapping: (B, P, L) a general `target_mapping`: the P rows of x are spread over the L
-        positions and gathered back (the reference's route). valid: (B, P), 0 on unused target slots.
+        `keys.key_types`). rows: the query stream's target rows; None for the content stream (the L segment
+        rows in order). With a general `rows.mapping` (B, P, L) the P rows of x are spread over the L
+        positions and gathered back (the reference's route); `rows.valid` zeroes unused target slots.
         """
+        positions, mapping, valid = (None, None, None) if rows is None else (rows.positions, rows.mapping, rows.valid)
         q = self.heads(self.q_proj(x))  # (B, H, R, D)
         if mapping is not None:
             q = torch.einsum("bhpd,bpl->bhld", q, mapping)  # (B, H, L, D)
@@ -219,10 +231,10 @@ class XfmrXLNetLayer(GradientCheckpointingLayer):
         self.attn_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.mlp = XfmrXLNetFeedForward(config)
 
-    def forward(self, h, g, pos_emb, mem=None, mask_h=None, mask_g=None, g_positions=None, g_mapping=None,
-                g_valid=None, token_types=None, key_types=None, output_attentions=False):
-        """h (B, L, C) content stream, g (B, P, C) query stream or None, mem (B, M, C) or None; masks additive
-        (B, L, K) and (B, P, K); the query rows as `XfmrXLNetRelativeAttention.forward` takes them.
+    def forward(self, h, g, pos_emb, mem=None, mask_h=None, mask_g=None, rows: XLNetQueryRows | None = None,
+                token_types=None, key_types=None, output_attentions=False):
+        """h (B, L, C) content stream, g (B, P, C) query stream or None (then `rows` too), mem (B, M, C) or
+        None; masks additive (B, L, K) and (B, P, K); token_types (B, L), key_types (B, 1, K, S) or None.
         Returns (new h, new g or None, content weights, query weights or None)."""
         keys = self.attn.keys(h, mem, pos_emb, key_types)
         out, w_h = self.attn(h, keys, mask_h, query_types=token_types, output_attentions=output_attentions)
@@ -230,10 +242,9 @@ class XfmrXLNetLayer(GradientCheckpointingLayer):
         if g is None:
             return new_h, None, w_h, None
         query_types = token_types  # a general target_mapping: the reference's route over all L rows
-        if g_mapping is None and token_types is not None:
-            query_types = token_types.gather(1, g_positions)  # (B, P)
-        out, w_g = self.attn(g, keys, mask_g, query_types=query_types, positions=g_positions, mapping=g_mapping,
-                             valid=g_valid, output_attentions=output_attentions)
+        if rows.mapping is None and token_types is not None:
+            query_types = token_types.gather(1, rows.positions)  # (B, P)
+        out, w_g = self.attn(g, keys, mask_g, query_types=query_types, rows=rows, output_attentions=output_attentions)
         new_g = self.mlp(self.attn_norm(g + self.attn_dropout(out)))  # (B, P, C)
         return new_h, new_g, w_h, w_g
 
@@ -251,17 +262,6 @@ class XfmrXLNetPreTrainedModel(XfmrPreTrainedModel):
                 init.normal_(param, mean=0.0, std=std)
         elif isinstance(module, XfmrXLNetEmbeddings):
             init.normal_(module.mask_emb, mean=0.0, std=std)
-
-
-@dataclass
-class XLNetQueryRows:
-    """Which rows the query stream computes: `positions` (B, P) and `valid` (B, P, 0 on unused slots) for
-    one-hot targets, or a general `mapping` (B, P, L); `count` is P, None without targets."""
-
-    positions: torch.Tensor | None = None
-    valid: torch.Tensor | None = None
-    mapping: torch.Tensor | None = None
-    count: int | None = None
 
 
 def _is_one_hot_mapping(target_mapping: torch.Tensor) -> bool:
@@ -468,9 +468,8 @@ class XfmrXLNetModel(XfmrXLNetPreTrainedModel):
         g = None
         if rows.count is not None:
             g = self.dropout(self.embeddings.mask_emb.to(dtype).expand(batch, rows.count, -1))  # (B, P, C)
-        layer_inputs = dict(mask_h=mask_h, mask_g=mask_g, g_positions=rows.positions, g_mapping=rows.mapping,
-                            g_valid=rows.valid, token_types=token_type_ids, key_types=key_types,
-                            output_attentions=output_attentions)
+        layer_inputs = dict(mask_h=mask_h, mask_g=mask_g, rows=rows if g is not None else None,
+                            token_types=token_type_ids, key_types=key_types, output_attentions=output_attentions)
         h, g, new_mems, all_hidden, all_attn = self._run_layers(h, g, pos_emb, mems, use_mems, layer_inputs,
                                                                 output_hidden_states)
         output = XfmrXLNetModelOutput(
@@ -494,7 +493,7 @@ class XfmrXLNetModel(XfmrXLNetPreTrainedModel):
         return use_mems
 
     @staticmethod
-    def _query_rows(target_positions, target_mapping, dtype) -> "XLNetQueryRows":
+    def _query_rows(target_positions, target_mapping, dtype) -> XLNetQueryRows:
         """The query stream's rows: target positions (given, or read from a one-hot mapping), or a general
         mapping; none without targets."""
         if target_positions is not None:
