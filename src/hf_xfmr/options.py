@@ -85,7 +85,7 @@ def parse_key_values(items: str | Iterable[str] | dict | None, option: str, *, e
         key, sep, raw = item.partition("=")
         key, raw = key.strip(), raw.strip()
         if not sep or not key:
-            raise error(f"{option}: {item!r} is not of the form NAME=VALUE (e.g. {option} {example}).")
+            raise error(f"{option}: {item!r} is not of the form field=value (e.g. {option} {example}).")
         try:
             value = json.loads(raw)
         except json.JSONDecodeError:
