@@ -299,6 +299,8 @@ def held_out_loss(model, batches, shift: bool = False) -> float:
     """Mean cross-entropy over every target of `batches` (a list of batches or an `EvalSet`; each batch's
     mean loss weighted by its targets). The model is put in eval mode for the pass and returned to its
     previous mode."""
+    from ..training.batches import to_device
+
     spec = batches if isinstance(batches, EvalSet) else EvalSet(list(batches))
     memory, batches = spec.memory, spec.batches
     was_training = model.training
@@ -310,7 +312,7 @@ def held_out_loss(model, batches, shift: bool = False) -> float:
         for k, v in spec.config.items():
             setattr(model.config, k, v)
         for batch in batches:
-            inputs = {k: v.to(device) for k, v in batch.items()}
+            inputs = to_device(batch, device)
             if memory:
                 inputs.update(mems=mems, use_mems=True)
             n = count_targets(inputs["labels"], shift)
