@@ -11,8 +11,7 @@ import pytest
 import torch
 import transformers
 
-# snippet / run_checking_comments / is_class_name lived here before the manual moved into docs/
-from .doc_snippets import is_class_name, run_checking_comments, snippet  # noqa: F401
+from .doc_snippets import run_checking_comments, snippet
 
 
 @pytest.fixture
