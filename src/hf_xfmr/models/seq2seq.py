@@ -168,6 +168,12 @@ class Seq2SeqAttention(nn.Module):
             k, v = cache.update(k, v, self.layer_idx)  # (B, H, P + T, D) each
         return q, k, v
 
+    def unpadded_queries_keys_values(self, hidden_states):
+        """Unpadded encoder tokens (N, C) -> q, k, v (N, H, D) (self-attention, no cache)."""
+        tokens = hidden_states.shape[0]
+        return tuple(proj(hidden_states).view(tokens, self.num_heads, self.head_dim)
+                     for proj in (self.q_proj, self.k_proj, self.v_proj))
+
 
 # The output class of a head over an encoder-decoder, as transformers' T5/BART heads return it.
 SEQ2SEQ_OUTPUT_CLASSES = {

@@ -107,8 +107,7 @@ class XfmrBartAttention(Seq2SeqAttention):
         kernel = resolve_kernel(self.config._attn_implementation, output_attentions, fused_cpu_dropout=True)
         if varlen is not None:
             tokens = hidden_states.shape[0]
-            q, k, v = (proj(hidden_states).view(tokens, self.num_heads, self.head_dim)
-                       for proj in (self.q_proj, self.k_proj, self.v_proj))  # (N, H, D)
+            q, k, v = self.unpadded_queries_keys_values(hidden_states)  # (N, H, D)
             out, _ = self_attention(self, kernel, q, k, v, varlen=varlen, scaling=self.scaling,
                                     dropout=dropout)  # (N, H, D)
             return self.o_proj(out.reshape(tokens, -1)), None

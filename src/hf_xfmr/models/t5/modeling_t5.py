@@ -95,8 +95,7 @@ class XfmrT5Attention(Seq2SeqAttention):
         dropout = self.dropout_p if self.training else 0.0
         if varlen is not None:
             tokens = hidden_states.shape[0]
-            q, k, v = (proj(hidden_states).view(tokens, self.num_heads, self.head_dim)
-                       for proj in (self.q_proj, self.k_proj, self.v_proj))  # (N, H, D)
+            q, k, v = self.unpadded_queries_keys_values(hidden_states)  # (N, H, D)
 
             def biased(module, query, key, value, mask, scaling=None, dropout=0.0, **kwargs):  # (b, H, L, D)
                 length = query.shape[-2]
