@@ -32,7 +32,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -396,14 +396,9 @@ def run_ours(data: CaseData, seed: int, eval_sets: dict[str, list[dict]] | None 
 
     args = pretrain_arguments(data, seed, data.folder / "runs" / f"ours-seed{seed}", **overrides)
     start = time.perf_counter()
-    with objective_variant(objective) if objective is not None else _nothing():
+    with objective_variant(objective) if objective is not None else nullcontext():
         pretrain(args, callbacks=[*callbacks, Callback()])
     return _run_record("ours", seed, probe, time.perf_counter() - start)
-
-
-@contextmanager
-def _nothing():
-    yield
 
 
 def reference_model(data: CaseData, seed: int):
