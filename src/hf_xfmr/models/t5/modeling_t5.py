@@ -93,6 +93,7 @@ class XfmrT5Attention(Seq2SeqAttention):
         unpadded (N, C) encoder tokens, attention within each sequence, `attention_mask` then the (1, H, L, L)
         relative bias of the longest sequence (a shorter one uses its top-left corner)."""
         dropout = self.dropout_p if self.training else 0.0
+        kernel = self.kernel(output_attentions)  # resolved once per call, not once per sequence
         if varlen is not None:
             tokens = hidden_states.shape[0]
             q, k, v = self.unpadded_queries_keys_values(hidden_states)  # (N, H, D)
@@ -102,24 +103,24 @@ class XfmrT5Attention(Seq2SeqAttention):
                 bias = attention_mask[:, :, :length, :length]  # it depends on key - query only: (1, H, L, L)
                 if mask is not None:  # sequences padded to the longest for one call: hide keys past each end
                     bias = bias.masked_fill(~mask, torch.finfo(bias.dtype).min)  # (b, H, L, L)
-                return self.attend(query, key, value, bias, dropout)
+                return kernel(module, query, key, value, bias, scaling=1.0, dropout=dropout)
 
             out, _ = self_attention(self, biased, q, k, v, varlen=varlen, dropout=dropout)  # (N, H, D)
             return self.o_proj(out.reshape(tokens, -1)), None
         batch, seq_len, _ = hidden_states.shape
         q, k, v = self.queries_keys_values(hidden_states, key_value_states, past_key_values)  # (B, H, T|K, D)
-        out, weights = self.attend(q, k, v, attention_mask, dropout, output_attentions)  # (B, T, H, D)
+        out, weights = kernel(self, q, k, v, attention_mask, scaling=1.0, dropout=dropout)  # (B, T, H, D)
         out = out.reshape(batch, seq_len, -1)  # (B, T, H, D) -> (B, T, H * D)
         return self.o_proj(out), weights
 
-    def attend(self, q, k, v, attention_mask, dropout, output_attentions=False):
-        """softmax(q k^T + mask) v without score scaling: (b, H, T, D) -> (out (b, T, H, D), weights or None)."""
+    def kernel(self, output_attentions=False):
+        """The kernel of softmax(q k^T + mask) v, called with scaling=1.0 (T5 does not scale its scores):
+        (b, H, T, D) -> (out (b, T, H, D), weights or None)."""
         # The stack's masks are finite (finfo.min, never -inf) and every query sees a key (its own position, or a
         # real encoder token), so torch's sdpa kernel takes them as they are, as the reference does. CPU training:
         # torch has no fused kernel with dropout; ours keeps two (B, H, T, K) tensors, not three.
-        kernel = resolve_kernel(self.config._attn_implementation, output_attentions, fused_cpu_dropout=True,
-                                finite_masks=True)
-        return kernel(self, q, k, v, attention_mask, scaling=1.0, dropout=dropout)
+        return resolve_kernel(self.config._attn_implementation, output_attentions, fused_cpu_dropout=True,
+                              finite_masks=True)
 
 
 class XfmrT5MLP(nn.Module):
