@@ -204,9 +204,9 @@ def vader_unlabelled_text(sources=None, *, validation_size: float = 0.1, test_si
     never a validation or test sentence: a train sentence whose text also occurs in one of those splits (the
     same snippet rated twice) is left out as well. In file order (source by source)."""
     rows = read_vader_ratings(sdist, sources)
-    held_out = {row["text"] for row in rows if _split_of(row, seed, validation_size, test_size) != "train"}
-    return [row["text"] for row in rows
-            if _split_of(row, seed, validation_size, test_size) == "train" and row["text"] not in held_out]
+    train = [_split_of(row, seed, validation_size, test_size) == "train" for row in rows]
+    held_out = {row["text"] for row, is_train in zip(rows, train) if not is_train}
+    return [row["text"] for row, is_train in zip(rows, train) if is_train and row["text"] not in held_out]
 
 
 def main(argv=None) -> int:
