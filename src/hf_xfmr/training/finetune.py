@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..hub.cards import finetune_card_fields, finetune_provenance, name_base_model_in_adapter_card
+from ..hub.repo_id import check_repo_id
 from ..models.hub_loading import CheckpointSourceError, resolve_checkpoint
 from ..models.weights import check_weight_files
 from .finetune_tasks import (
@@ -806,30 +807,7 @@ def _majority_baseline(data: _TaskData, split: str) -> float:
     return float(np.mean(np.asarray(data.features[split]["labels"]) == majority))
 
 
-def _check_hub(repo_id: str):
-    """`hf_xfmr.hub`, which --push_to_hub publishes through, once `repo_id` proved a Hub repository id
-    (refused before training, not after it)."""
-    from .. import hub
-
-    hub.check_repo_id(repo_id, error=FinetuneError)
-    return hub
-
-
-def _provenance(args: FinetuneArguments, given_dataset: bool) -> dict:
-    """Where the model and the data came from, as a model card names them (`hub.cards.finetune_provenance`)."""
-    return finetune_provenance(dataclasses.asdict(args), given_dataset=given_dataset, builtin_datasets=BUILTIN_DATASETS)
-
-
 card_fields = finetune_card_fields  # the card fields of a run are built in hub.cards; importable here as before
-
-
-def _publish(hub, model, tokenizer, args: FinetuneArguments, metrics: dict, log_file: Path, folder: Path) -> Path:
-    """`--push_to_hub REPO`: export the final model (merged with --lora) into `folder` as a self-contained Hub
-    folder with a model card (`card_fields`, and the loss curve of the log), then upload it, through
-    `hf_xfmr.hub.publish`. Credentials come from HF_TOKEN or `hf auth login`."""
-    hub.publish(model, args.push_to_hub, tokenizer=tokenizer, export_folder=folder, overwrite=True,
-                training_logs=str(log_file), **card_fields(dataclasses.asdict(args), metrics))
-    return folder
 
 
 def _prepare_output(args: FinetuneArguments) -> Path:
@@ -866,7 +844,8 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
     """
     import transformers
 
-    hub = _check_hub(args.push_to_hub) if args.push_to_hub else None
+    if args.push_to_hub:  # a bad repo id is refused before training, not after it
+        check_repo_id(args.push_to_hub, error=FinetuneError)
     requested = args  # what finetune_args.json records (a Hub repo id stays an id)
     args = _resolve_model_source(args)
     if args.arch is not None:
@@ -880,8 +859,12 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
     metrics = _train_and_evaluate(trainer, args, data, given_dataset=dataset is not None)
     model, dirs = _save_model(trainer, tokenizer, args, metrics, out)
     hub_folder = None
-    if hub is not None:
-        hub_folder = _publish(hub, model, tokenizer, args, metrics, out / LOG_HISTORY, out / "hub")
+    if args.push_to_hub:  # the final model (merged with --lora) as a self-contained Hub folder, uploaded
+        from .. import hub
+
+        hub_folder = out / "hub"
+        hub.publish(model, args.push_to_hub, tokenizer=tokenizer, export_folder=hub_folder, overwrite=True,
+                    training_logs=str(out / LOG_HISTORY), **finetune_card_fields(dataclasses.asdict(args), metrics))
     if not args.keep_checkpoints:
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
     metrics_file = out / "metrics.json"
@@ -988,7 +971,8 @@ def _train_and_evaluate(trainer, args: FinetuneArguments, data: _TaskData, given
         metrics["baseline"] = {f"{split}_majority_accuracy": _majority_baseline(data, split)
                                for split in ("validation", "test") if split in data.features}
     metrics["best_checkpoint"] = Path(best).name if best else None
-    metrics["provenance"] = _provenance(args, given_dataset=given_dataset)
+    metrics["provenance"] = finetune_provenance(dataclasses.asdict(args), given_dataset=given_dataset,
+                                                builtin_datasets=BUILTIN_DATASETS)
     return metrics
 
 
