@@ -572,8 +572,10 @@ class Pretrainer:
         args = self.args
         self.arch, self.objective, self.model_class = resolve_objective(args)
         self.deepspeed = _using_deepspeed(args)
-        if args.push_to_hub:
-            _check_publishing(args.push_to_hub)
+        if args.push_to_hub:  # a bad repo id is refused before training, not after it
+            from hf_xfmr.hub import check_repo_id
+
+            check_repo_id(args.push_to_hub, error=ValueError)
         self.accelerator = accelerator = make_accelerator(args)
         self.world, self.rank, self.is_main = accelerator.num_processes, accelerator.process_index, \
             accelerator.is_main_process
@@ -1006,13 +1008,6 @@ def _train_tokenizer(accelerator, arch_name: str, train_docs, args: PretrainArgu
 # ----------------------------------------------------------------------------------------------
 # Publishing (the end of a run)
 # ----------------------------------------------------------------------------------------------
-
-def _check_publishing(repo_id: str) -> None:
-    """Refuse a --push_to_hub that is no Hub repository id before training, not after it."""
-    from hf_xfmr.hub import check_repo_id
-
-    check_repo_id(repo_id, error=ValueError)
-
 
 def publish(model, tokenizer, args: PretrainArguments, metrics: dict, log_path: Path) -> None:
     """`--push_to_hub REPO`: export the final model as a self-contained Hub folder (model card with the
