@@ -21,13 +21,13 @@ import torch
 import transformers
 
 from .doc_snippets import ROOT, code_blocks, doc_pages, run_checking_comments, snippet, snippet_calls
+from .test_layout_doc import LAYOUT_PAGE  # its plain ``` block is the layout that test_layout_doc checks
 
 # Blocks taken by tests that read their page without `snippet()`: (page, marker) -> the test module.
 READ_ELSEWHERE = {
     ("docs/pretraining.md", "pretrain(PretrainArguments("): "tests/training/test_pretrain.py",
     ("docs/pretraining.md", "register_objective(Objective("): "tests/training/test_pretrain.py",
 }
-LAYOUT_PAGE = "docs/architecture.md"  # its plain ``` block is the layout that tests/test_layout_doc.py checks
 
 
 def all_blocks():
