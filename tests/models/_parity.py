@@ -1,6 +1,7 @@
 """What the parity tests share: task inputs on a padded batch, the tensors of an output / the gradients
 of a model by name, to compare ours with the reference entry by entry, and the comparison itself with
-unpadding on (real positions only) or off (every position)."""
+unpadding on (real positions only) or off (every position), and what the unpadding tests share: a pair
+with unpadding switched, the sequence of modules a forward calls."""
 
 import torch
 from torch.testing import assert_close
@@ -108,3 +109,24 @@ def assert_outputs_match(ours, ref, keep, *, unpadded, atol, rtol, skip=(), unpa
 def is_encoder_output(key):
     """The outputs of an encoder-decoder that its encoder computes (the ones unpadding changes)."""
     return key == "encoder_last_hidden_state" or key.startswith(("encoder_hidden_states.", "encoder_attentions."))
+
+
+def pair_with_unpadding(pair, unpad, *args, **kwargs):
+    """`pair(*args, **kwargs)` (a (reference, ours) pair) with our model's `unpad_inputs` set (on by default)."""
+    ref, ours = pair(*args, **kwargs)
+    assert ours.config.unpad_inputs
+    ours.config.unpad_inputs = unpad
+    return ref, ours
+
+
+def module_sequence(model, **inputs):
+    """The names of the modules `model` calls, in order (what ZeRO-3's hooks see)."""
+    calls = []
+    hooks = [module.register_forward_pre_hook(lambda m, args, name=name: calls.append(name))
+             for name, module in model.named_modules() if name]
+    try:
+        model(**inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return calls

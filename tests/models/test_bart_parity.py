@@ -5,6 +5,8 @@ to 1e-5 (fp32); the round trip back to transformers. Each runs with the encoder 
 encoder outputs at real positions, zeros at padding, decoder outputs everywhere) and with
 `unpad_inputs=False` (every position)."""
 
+import functools
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -14,19 +16,14 @@ from hf_xfmr.models.conversion import convert_state_dict
 from hf_xfmr.models.seq2seq import shift_tokens_right
 
 from ._bart import EOS, PAD, pair, padded_batch, padded_labels
-from ._parity import assert_outputs_match, is_encoder_output
+from ._parity import assert_outputs_match, is_encoder_output, pair_with_unpadding
 from ._seq2seq import assert_same_seq2seq_head_output
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 UNPAD = pytest.mark.parametrize("unpad", [True, False], ids=["unpadded", "padded"])
 
 
-def unpadded_pair(unpad, *args, **kwargs):
-    """`pair(...)` with our model's `unpad_inputs` set (on by default)."""
-    ref, ours = pair(*args, **kwargs)
-    assert ours.config.unpad_inputs
-    ours.config.unpad_inputs = unpad
-    return ref, ours
+unpadded_pair = functools.partial(pair_with_unpadding, pair)  # unpadded_pair(unpad, *pair_args)
 
 
 def _grads(model):

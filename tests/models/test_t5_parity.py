@@ -4,6 +4,8 @@ and eager, padded encoder and decoder batches; outputs, losses and one-step grad
 Each runs with the encoder unpadded (the default: encoder outputs at real positions, zeros at padding,
 decoder outputs everywhere) and with `unpad_inputs=False` (every position)."""
 
+import functools
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -12,7 +14,7 @@ import hf_xfmr
 from hf_xfmr.models.conversion import convert_state_dict
 from hf_xfmr.models.seq2seq import shift_tokens_right
 
-from ._parity import assert_outputs_match, is_encoder_output
+from ._parity import assert_outputs_match, is_encoder_output, pair_with_unpadding
 from ._seq2seq import assert_same_seq2seq_head_output
 from ._t5 import PAD, VARIANTS, pair, padded_batch, padded_labels
 
@@ -20,12 +22,7 @@ TOL = dict(atol=1e-5, rtol=1e-5)
 UNPAD = pytest.mark.parametrize("unpad", [True, False], ids=["unpadded", "padded"])
 
 
-def unpadded_pair(unpad, *args, **kwargs):
-    """`pair(...)` with our model's `unpad_inputs` set (on by default)."""
-    ref, ours = pair(*args, **kwargs)
-    assert ours.config.unpad_inputs
-    ours.config.unpad_inputs = unpad
-    return ref, ours
+unpadded_pair = functools.partial(pair_with_unpadding, pair)  # unpadded_pair(unpad, *pair_args)
 
 
 def _grads(model):

@@ -21,6 +21,8 @@ import hf_xfmr  # noqa: F401  (registers every architecture)
 from hf_xfmr.layers.padding import VarlenBatch, encoder_padding
 from hf_xfmr.models.registry import get_architecture
 
+from ._parity import module_sequence
+
 ARCHS = ["gpt", "t5", "bart"]
 ENCODER_DECODERS = ["t5", "bart"]
 
@@ -166,19 +168,6 @@ def test_unpadded_equals_padded_at_real_positions_for_equal_and_different_length
 
 
 # -- what runs -----------------------------------------------------------------------------------------
-def module_sequence(model, **inputs):
-    """The names of the modules `model` calls, in order (what ZeRO-3's hooks see)."""
-    calls = []
-    hooks = [module.register_forward_pre_hook(lambda m, args, name=name: calls.append(name))
-             for name, module in model.named_modules() if name]
-    try:
-        model(**inputs)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return calls
-
-
 CASES = [("gpt", "causal-lm"), ("gpt", "sequence-classification"), ("gpt", "question-answering"),
          ("t5", "seq2seq-lm"), ("t5", "token-classification"), ("t5", "sequence-classification"),
          ("bart", "seq2seq-lm"), ("bart", "question-answering")]

@@ -16,6 +16,8 @@ import hf_xfmr
 from hf_xfmr.layers.padding import VarlenBatch, encoder_padding
 from hf_xfmr.models.registry import get_architecture
 
+from ._parity import module_sequence
+
 BERT_FAMILY = ["bert", "roberta", "albert", "distilbert"]
 
 
@@ -92,19 +94,6 @@ def test_modernbert_chunked_lm_loss_is_on_by_default_and_after_conversion():
 
 
 # -- what runs -----------------------------------------------------------------------------------------
-def module_sequence(model, **inputs):
-    """The names of the modules `model` calls, in order (what ZeRO-3's hooks see)."""
-    calls = []
-    hooks = [module.register_forward_pre_hook(lambda m, args, name=name: calls.append(name))
-             for name, module in model.named_modules() if name]
-    try:
-        model(**inputs)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return calls
-
-
 @pytest.mark.parametrize("task", ["masked-lm", "sequence-classification", "question-answering"])
 @pytest.mark.parametrize("arch", BERT_FAMILY)
 def test_every_path_calls_the_same_modules_in_the_same_order(arch, task):
