@@ -3,7 +3,7 @@
 
 import torch
 
-from .converted import Generate, converted_case, generation_case  # noqa: F401  (Generate: its old home)
+from .converted import converted_case, generation_case
 from .harness import BenchCase, case_sizes, register_case
 
 # Headline size: a small GPT with a 32k vocabulary, so the LM head and its loss matter.
