@@ -24,8 +24,8 @@
 - only the options actually given reach the dataclass (argparse default SUPPRESS), so its defaults and
   the file's values are not masked; the help states each default.
 
-The dataclass is built before `run` is called; an error it raises (`errors`, ValueError by default: the
-dataclasses' checks name the option) is reported as a `CommandError`.
+The dataclass is built before `run` is called; a ValueError it raises (the dataclasses' checks name the
+option) is reported as a `CommandError`.
 
 A command reports an expected failure (bad arguments, a missing or broken input file, ...) by raising
 `CommandError`; `hf_xfmr.cli.main` prints it as one line, `hf-xfmr <command>: error: ...`, exit status 2.
@@ -159,9 +159,10 @@ def _required(cls) -> list[dataclasses.Field]:
                                                  and f.default_factory is dataclasses.MISSING))]
 
 
-def settings_from(cls, args: argparse.Namespace, errors: tuple[type[Exception], ...] = (ValueError,)):
+def settings_from(cls, args: argparse.Namespace):
     """The `cls` instance a parsed command line describes: the --config file's values, then the options
-    given (which win). Errors of the file and of the dataclass's checks are raised as `CommandError`."""
+    given (which win). Errors of the file and of the dataclass's checks (ValueError) are raised as
+    `CommandError`."""
     values = {}
     config = getattr(args, "config", None)
     if config:
@@ -174,9 +175,8 @@ def settings_from(cls, args: argparse.Namespace, errors: tuple[type[Exception], 
         raise CommandError(f"the following arguments are required: {listed}")
     try:
         return cls(**values)
-    except errors as err:
-        message = err.args[0] if isinstance(err, KeyError) and err.args else err
-        raise CommandError(str(message)) from None
+    except ValueError as err:
+        raise CommandError(str(err)) from None
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,6 @@ class Command:
     arguments: type
     run: Callable[[Any, argparse.Namespace], int]
     epilog: str = ""
-    errors: tuple[type[Exception], ...] = (ValueError,)
 
     def __call__(self, subparsers) -> argparse.ArgumentParser:
         parser = add_parser(subparsers, self.name, help=self.help, description=self.description,
@@ -201,4 +200,4 @@ class Command:
         return parser
 
     def execute(self, args: argparse.Namespace) -> int:
-        return self.run(settings_from(self.arguments, args, self.errors), args)
+        return self.run(settings_from(self.arguments, args), args)
