@@ -232,7 +232,7 @@ def test_debug_shows_the_traceback(tmp_path, capsys):
 
 def test_unexpected_errors_are_one_line_unless_debug(monkeypatch, capsys):
     def _add_boom(subparsers):
-        cli._add_parser(subparsers, "boom", help="fail", description="Fail.", func=_run_boom)
+        cli.add_parser(subparsers, "boom", help="fail", description="Fail.", func=_run_boom)
 
     def _run_boom(args):
         raise RuntimeError("something broke")
@@ -310,7 +310,7 @@ def test_bench_runs_the_collator_benchmark(tmp_path, capsys):
 
 def test_adding_a_command_is_one_function(monkeypatch, capsys):
     def _add_hello(subparsers):
-        parser = cli._add_parser(subparsers, "hello", help="say hello", description="Say hello.", func=_run_hello)
+        parser = cli.add_parser(subparsers, "hello", help="say hello", description="Say hello.", func=_run_hello)
         parser.add_argument("--name", default="world", help="who to greet")
 
     def _run_hello(args):
@@ -355,7 +355,7 @@ def test_pretrain_output_dir_that_is_a_file(tmp_path, capsys):
 ])
 def test_filesystem_errors_of_any_command_are_one_line(error, status, message, monkeypatch, capsys):
     def _add_write(subparsers):
-        cli._add_parser(subparsers, "write", help="write", description="Write.", func=_run_write)
+        cli.add_parser(subparsers, "write", help="write", description="Write.", func=_run_write)
 
     def _run_write(args):
         raise error

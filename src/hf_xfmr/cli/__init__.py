@@ -25,8 +25,6 @@ from .command import DEBUG_HELP, PROG, CommandError, HelpFormatter, add_parser
 
 __all__ = ["COMMANDS", "CommandError", "add_parser", "build_parser", "main"]
 
-_add_parser = add_parser  # the name tests and plugins have used
-
 COMMANDS: tuple[Callable[[Any], Any], ...] = (
     pretrain.COMMAND,
     finetune.COMMAND,
