@@ -13,14 +13,14 @@ import warnings
 
 import pytest
 import torch
-
-from tests.cli_run import run_cli
 import transformers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, pipeline
 
 from hf_xfmr.data import default_corpus
 from hf_xfmr.data.tokenizers import fit_tokenizer_to_model, model_input_names, train_tokenizer
 from hf_xfmr.models import get_architecture
+
+from tests.cli_run import run_cli
 
 ARCHS = ("bert", "roberta", "albert", "distilbert", "gpt", "xlnet", "modernbert", "t5", "bart")
 # Segment-aware architectures (their base model takes token types and their recipe marks the second segment).
@@ -149,8 +149,6 @@ def test_export_saves_a_tokenizer_the_model_takes(tmp_path, tokenizers):
     assert saved == ["input_ids", "attention_mask"]
     pipe = pipeline("fill-mask", model=str(folder), trust_remote_code=True, device="cpu")
     assert len(pipe(f"the {bert_tok.mask_token} of a list", top_k=2)) == 2
-
-
 
 
 def test_pretrained_distilbert_folder_fills_masks_and_finetunes(tmp_path, capsys, documents):
