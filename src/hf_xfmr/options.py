@@ -27,6 +27,7 @@ __all__ = [
     "parse_int_list",
     "parse_key_values",
     "read_options_file",
+    "spellings",
     "value_parser",
     "values_from_mapping",
 ]
@@ -172,17 +173,20 @@ def value_parser(field: dataclasses.Field, hint) -> ValueParser:
     return ValueParser(None, optional=optional)  # str, Any, paths: the text itself
 
 
+def spellings(*names: str) -> list[str]:
+    """`--name` for each name, then its dashed spelling where it differs (`--max_steps`, `--max-steps`)."""
+    flags = []
+    for name in names:
+        flags += [f"--{name}"] + ([f"--{name.replace('_', '-')}"] if "_" in name else [])
+    return flags
+
+
 def option_names(cls) -> dict[str, str]:
     """Every name a settings file or the command line may use for a field of dataclass `cls` -> the field:
-    the field name, its dashed spelling, and its `metadata["aliases"]` in both spellings. Fields without
-    a help text are not options."""
-    names = {}
-    for f in dataclasses.fields(cls):
-        if "help" not in f.metadata:
-            continue
-        for name in (f.name, *f.metadata.get("aliases", ())):
-            names[name] = names[name.replace("_", "-")] = f.name
-    return names
+    the field name and its `metadata["aliases"]`, each in both `spellings`. Fields without a help text are
+    not options."""
+    return {flag[2:]: f.name for f in dataclasses.fields(cls) if "help" in f.metadata
+            for flag in spellings(f.name, *f.metadata.get("aliases", ()))}
 
 
 def values_from_mapping(cls, values: dict, source: str, *, error: type[Exception] = ValueError) -> dict[str, Any]:

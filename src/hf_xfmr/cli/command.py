@@ -37,7 +37,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..options import read_options_file, value_parser, values_from_mapping
+from ..options import read_options_file, spellings, value_parser, values_from_mapping
 
 PROG = "hf-xfmr"
 DEBUG_HELP = "show the full traceback when the command fails"
@@ -70,14 +70,6 @@ def add_parser(subparsers, name: str, *, help: str, description: str, epilog: st
     parser.set_defaults(func=func, command_parser=parser)
     parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     return parser
-
-
-def spellings(*names: str) -> list[str]:
-    """`--name` for each name, then its dashed spelling where it differs (`--max_steps`, `--max-steps`)."""
-    flags = []
-    for name in names:
-        flags += [f"--{name}"] + ([f"--{name.replace('_', '-')}"] if "_" in name else [])
-    return flags
 
 
 def _ordered_fields(cls) -> list[dataclasses.Field]:
