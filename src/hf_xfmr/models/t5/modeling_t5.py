@@ -91,7 +91,8 @@ class XfmrT5Attention(Seq2SeqAttention):
         """`attention_mask`: bool (True = attend) or additive float, broadcastable to (B, H, T, K).
         `key_value_states` (B, S, C): the encoder output, for cross-attention. `varlen` (a VarlenBatch):
         unpadded (N, C) encoder tokens, attention within each sequence, `attention_mask` then the (1, H, L, L)
-        relative bias of the longest sequence (a shorter one uses its top-left corner)."""
+        relative bias of the longest sequence (a shorter one uses its top-left corner), or in the one-call
+        layout (`varlen.dense_mask`) the (D, H, L, L) bias with the keys past each sequence's end hidden."""
         dropout = self.dropout_p if self.training else 0.0
         kernel = self.kernel(output_attentions)  # resolved once per call, not once per sequence
         if varlen is not None:
@@ -99,10 +100,10 @@ class XfmrT5Attention(Seq2SeqAttention):
             q, k, v = self.unpadded_queries_keys_values(hidden_states)  # (N, H, D)
 
             def biased(module, query, key, value, mask, scaling=None, dropout=0.0, **kwargs):  # (b, H, L, D)
+                # The bias depends on key - query only: a sequence takes its corner. In the one-call layout the
+                # stack has already hidden the keys past each sequence's end in it (`mask` is folded in).
                 length = query.shape[-2]
-                bias = attention_mask[:, :, :length, :length]  # it depends on key - query only: (1, H, L, L)
-                if mask is not None:  # sequences padded to the longest for one call: hide keys past each end
-                    bias = bias.masked_fill(~mask, torch.finfo(bias.dtype).min)  # (b, H, L, L)
+                bias = attention_mask[:, :, :length, :length]  # (1 or b, H, L, L)
                 return kernel(module, query, key, value, bias, scaling=1.0, dropout=dropout)
 
             out, _ = self_attention(self, biased, q, k, v, varlen=varlen, dropout=dropout)  # (N, H, D)
@@ -193,7 +194,8 @@ class XfmrT5Stack(nn.Module):
 
     The relative position bias is computed here once and folded, with the padding (and causal) mask,
     into a single additive mask shared by every layer. An unpadded encoder batch shares the bias of its
-    longest sequence instead: each sequence's attention reads its top-left corner.
+    longest sequence instead: each sequence's attention reads its top-left corner (in the one-call layout,
+    off the CPU, the bias per sequence with the keys past its end hidden, also built once).
     """
 
     def __init__(self, config, is_decoder: bool):
@@ -247,6 +249,8 @@ class XfmrT5Stack(nn.Module):
                 attention_mask = None  # nothing to hide: the bias stays (1, H, T, P + T), shared by the batch
         if varlen is not None:  # the bias of the longest sequence, (1, H, L, L); each sequence takes its corner
             mask = self.self_attention_mask(None, varlen.max_seqlen, 0, inputs_embeds.dtype)
+            if varlen.dense_mask is not None:  # one masked call per layer: the keys past each end hidden once here
+                mask = mask.masked_fill(~varlen.dense_mask, torch.finfo(mask.dtype).min)  # (D, H, L, L)
             inputs_embeds = varlen.unpad(inputs_embeds)  # (N, C)
         else:
             mask = self.self_attention_mask(attention_mask, seq_len, past_length, inputs_embeds.dtype)
