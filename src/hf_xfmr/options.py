@@ -56,9 +56,7 @@ def read_options_file(path, *, error: type[Exception] = ValueError, what: str = 
             import yaml
 
             values = yaml.safe_load(text)
-    except (ValueError, ImportError) as err:  # json.JSONDecodeError is a ValueError
-        raise error(f"{what} {path} is not valid {kind}: {err}") from None
-    except Exception as err:  # yaml.YAMLError: the user's file
+    except Exception as err:  # json.JSONDecodeError, yaml.YAMLError (the user's file), no PyYAML
         raise error(f"{what} {path} is not valid {kind}: {err}") from None
     if values is None and kind == "YAML":
         values = {}  # an empty YAML file sets nothing
