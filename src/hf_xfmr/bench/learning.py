@@ -39,6 +39,8 @@ from typing import Any
 
 import torch
 
+from .harness import table_lines
+
 EVAL_SETS = ("reference", "ours")
 SIDES = ("ours", "reference")
 
@@ -520,16 +522,17 @@ def to_markdown(results: dict) -> str:
         steps = ours[seeds[0]]["steps"]
         lines.append(f"**{case['case'].upper()}** ({case['arch']}, `pretrain --arch {case['arch']} --objective "
                      f"{case['objective']}` vs transformers), held-out loss, seeds {', '.join(map(str, seeds))}:\n")
-        head = "| step | " + " | ".join(f"{e} set: ours | reference | ours - ref" for e in EVAL_SETS) + " |"
-        lines += [head, "|---:|" + "---:|---:|---:|" * len(EVAL_SETS)]
+        header = ["step"] + [c for e in EVAL_SETS for c in (f"{e} set: ours", "reference", "ours - ref")]
+        rows = []
         for k, step in enumerate(steps):
-            cells = []
+            cells = [step]
             for e in EVAL_SETS:
                 a = [ours[s]["eval_loss"][e][k] for s in seeds]
                 b = [ref[s]["eval_loss"][e][k] for s in seeds]
                 cells += [" / ".join(f"{v:.3f}" for v in a), " / ".join(f"{v:.3f}" for v in b),
                           " / ".join(f"{x - y:+.3f}" for x, y in zip(a, b))]
-            lines.append(f"| {step} | " + " | ".join(cells) + " |")
+            rows.append(cells)
+        lines += table_lines(header, "r" * len(header), rows)
         secs = " / ".join(f"{ours[s]['seconds']:.0f} s vs {ref[s]['seconds']:.0f} s" for s in seeds)
         lines.append(f"\nTargets per evaluation set: " + ", ".join(f"{k} {v}" for k, v in case["eval_targets"].items())
                      + f"; training time (ours vs reference, per seed; evaluations included): {secs}.\n")
