@@ -855,12 +855,16 @@ class Pretrainer:
         batch = to_device(batch, accelerator.device)
         for callback in self.callbacks:
             callback.on_micro_batch(run, batch)
+        # Counted before the forward pass is queued: read after the backward one, the token count would make
+        # the host wait for it instead of preparing the next micro-batch meanwhile.
+        targets = count_targets(batch)
+        stats.tokens += count_tokens(batch)
         accelerator.sync_gradients = last
         with nullcontext() if last else accelerator.no_sync(run.model):
             outputs = run.model(**objective.step_inputs(batch, run.objective_state))
             run.objective_state = objective.update_state(batch, outputs, run.objective_state)
             loss = outputs.loss
-            if count_targets(batch) == 0 or loss is None:
+            if targets == 0 or loss is None:
                 stats.without_targets += 1
                 backward_loss = _zero_loss(outputs)
             else:
@@ -872,7 +876,6 @@ class Pretrainer:
                     stats.non_finite += 1
                 backward_loss = loss / n_micro
             accelerator.backward(backward_loss)
-        stats.tokens += count_tokens(batch)
 
     def _update(self, stats: StepStats) -> float | None:
         """Clip and apply the accumulated gradients; returns the gradient norm. A non-finite loss stops the
