@@ -95,7 +95,7 @@ class RunArguments:
     @classmethod
     def from_file(cls, path: str | Path, **overrides):
         """Read a YAML or JSON file of `option: value` pairs; `overrides` win over the file."""
-        return cls.from_dict(read_options_file(path, error=cls.Error), source=str(path), **overrides)
+        return cls(**{**cls.read_file(path), **overrides})
 
     from_yaml = from_file  # the name PretrainArguments has always had
 
