@@ -207,8 +207,10 @@ def deepspeed_config_file(args: PretrainArguments) -> Path | None:
     return None
 
 
-def make_accelerator(args: PretrainArguments):
-    """An `Accelerator` for this machine: CPU processes talk over gloo; DeepSpeed compiles nothing on CPU."""
+def make_accelerator(args: PretrainArguments, *, find_unused_parameters: bool = False):
+    """An `Accelerator` for this machine: CPU processes talk over gloo; DeepSpeed compiles nothing on CPU.
+    `find_unused_parameters`: DDP looks for parameters without a gradient after each backward (the
+    objective's `unused_parameters`)."""
     from accelerate import Accelerator
     from accelerate.utils import DeepSpeedPlugin, InitProcessGroupKwargs
 
@@ -235,7 +237,7 @@ def make_accelerator(args: PretrainArguments):
     timeout = timedelta(seconds=args.ddp_timeout)
     handlers = [InitProcessGroupKwargs(backend="gloo", timeout=timeout) if cpu else InitProcessGroupKwargs(
         timeout=timeout)] if launched > 1 else []
-    if launched > 1 and resolve_objective(args)[1].unused_parameters:
+    if launched > 1 and find_unused_parameters:
         from accelerate.utils import DistributedDataParallelKwargs
 
         handlers.append(DistributedDataParallelKwargs(find_unused_parameters=True))
@@ -576,7 +578,8 @@ class Pretrainer:
             from hf_xfmr.hub import check_repo_id
 
             check_repo_id(args.push_to_hub, error=ValueError)
-        self.accelerator = accelerator = make_accelerator(args)
+        self.accelerator = accelerator = make_accelerator(
+            args, find_unused_parameters=self.objective.unused_parameters)
         self.world, self.rank, self.is_main = accelerator.num_processes, accelerator.process_index, \
             accelerator.is_main_process
         self.output_dir = output_dir = Path(args.output_dir)
