@@ -750,10 +750,12 @@ class Pretrainer:
         """The training micro-batches from the first one not yet used, the objective's starting state and
         the evaluation batches."""
         args, objective, device = self.args, self.objective, self.accelerator.device
-        first_micro = micro_batches_before(self.step, args.gradient_accumulation_steps, args.batch_size_warmup_steps)
+        # Micro-batches consumed so far (counted on by `train_step`): where the data continues.
+        self.micro_batches = micro_batches_before(self.step, args.gradient_accumulation_steps,
+                                                  args.batch_size_warmup_steps)
         self.stream = None
         if self.train_examples is not None:
-            self.batches = train_batches(self.train_examples, self.plan, self.collator, first_micro,
+            self.batches = train_batches(self.train_examples, self.plan, self.collator, self.micro_batches,
                                          args.dataloader_num_workers)
         else:
             self.stream = StreamBatches(self.train_docs, objective, self.tokenizer, self.settings, self.collator,
@@ -829,6 +831,7 @@ class Pretrainer:
         stats = StepStats()
         for i in range(n_micro):
             self._micro_batch(stats, n_micro, last=i == n_micro - 1)
+        self.micro_batches += n_micro
         if self.world > 1:
             stats = stats.reduce(self.accelerator)
         self.counters["batches_without_targets"] += int(stats.without_targets)
@@ -842,7 +845,7 @@ class Pretrainer:
             self.window.steps += 1
         self.window.tokens += stats.tokens
         record = {"step": self.step, "loss": step_loss, "learning_rate": lr, "grad_norm": grad_norm,
-                  "epoch": self.epoch(self.step)}
+                  "epoch": self.epoch()}
         for callback in self.callbacks:
             callback.on_step_end(run, record)
         self.bar.update(1)
@@ -916,20 +919,17 @@ class Pretrainer:
         """The held-out metrics now (every process takes part); see the module-level `evaluate`."""
         return evaluate(self.run, self.eval_list)
 
-    def epoch(self, step: int) -> float:
-        """Passes over the training examples after `step` optimizer steps (a streamed corpus: whole passes)."""
-        args = self.args
+    def epoch(self) -> float:
+        """Passes over the training examples so far (a streamed corpus: whole passes)."""
         if self.plan is None:
             return float(self.stream.epoch) if self.stream is not None else 0.0
-        used = micro_batches_before(step, args.gradient_accumulation_steps, args.batch_size_warmup_steps)
-        return round(self.plan.epoch_of(used), 4)
+        return round(self.plan.epoch_of(self.micro_batches), 4)
 
     def save(self) -> Path:
         """A checkpoint of the current step, with everything `--resume` needs to continue exactly."""
         args, run, step = self.args, self.run, self.step
-        micro = micro_batches_before(step, args.gradient_accumulation_steps, args.batch_size_warmup_steps)
-        trainer_state = {"step": step, "micro_batches": micro, "epoch": self.epoch(step), "counters": self.counters,
-                         "settings": self.resume_settings, "args": args.to_dict()}
+        trainer_state = {"step": step, "micro_batches": self.micro_batches, "epoch": self.epoch(),
+                         "counters": self.counters, "settings": self.resume_settings, "args": args.to_dict()}
         path = self.checkpointer.save(
             step, run.model, run.unwrapped_model, run.optimizer, objective_state=run.objective_state,
             data_state=self.stream.state() if self.stream is not None else None, trainer_state=trainer_state,
