@@ -8,6 +8,7 @@ from hf_xfmr.layers.masks import (
     document_ids_from_cu_seqlens,
     document_ids_from_position_ids,
     padding_mask,
+    sequence_starts_from_positions,
     sliding_window_mask,
     to_additive_mask,
 )
@@ -116,10 +117,25 @@ def test_document_ids_from_position_ids():
     assert torch.equal(document_ids_from_position_ids(pos), expected)
 
 
-def test_document_ids_from_position_ids_row_starting_mid_document():
-    # A row cut from the middle of a document: its first tokens are real, not padding.
-    ids = document_ids_from_position_ids(torch.tensor([[3, 4, 0, 1]]))
-    assert torch.equal(ids, torch.tensor([[0, 0, 1, 1]]))
+def test_document_ids_from_position_ids_restart_at_the_rows_first_position():
+    # Documents numbered from another first position (RoBERTa's pad_token_id + 1) split the same way.
+    ids = document_ids_from_position_ids(torch.tensor([[2, 3, 4, 2, 3], [2, 2, 3, 4, 2]]))
+    assert torch.equal(ids, torch.tensor([[0, 0, 0, 1, 1], [0, 1, 1, 1, 2]]))
+
+
+def test_document_ids_from_position_ids_other_orders_are_one_document():
+    # Positions in another order (reversed, shifted) never return to the row's first one: one document, not
+    # one per token (transformers' rule, a new sequence wherever a position is not the previous plus one,
+    # would cut a reversed row into single tokens).
+    for positions in ([[5, 4, 3, 2, 1, 0]], [[7, 8, 9, 10]]):
+        assert document_ids_from_position_ids(torch.tensor(positions)).eq(0).all()
+
+
+def test_sequence_starts_from_positions_reads_the_first_real_token():
+    # Left padding (pads numbered 1, as transformers' generate does): the first real token sets the first position.
+    positions = torch.tensor([[1, 1, 0, 1, 2, 0, 1]])
+    keep = torch.tensor([[0, 0, 1, 1, 1, 1, 1]]).bool()
+    assert sequence_starts_from_positions(positions, keep).tolist() == [[False, False, True, False, False, True, False]]
 
 
 def test_document_ids_from_cu_seqlens():

@@ -184,9 +184,9 @@ def test_every_saved_config_loads_back(arch, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**saved, "use_cache": False}))
     assert cls.from_pretrained(tmp_path).num_labels == 3
     # A key another tool wrote (or a typo in a hand-edited file) does not make the checkpoint unloadable: it is
-    # kept as an attribute, as transformers does, with a warning naming the closest field.
+    # kept as an attribute, as transformers does; a typo of a field is warned about, naming that field.
     (tmp_path / "config.json").write_text(json.dumps({**saved, "hiden_size": 64}))
-    with pytest.warns(UserWarning, match=r"not fields of .*`hiden_size` \(did you mean `hidden_size`"):
+    with pytest.warns(UserWarning, match=r"look like misspelt fields of .*`hiden_size` \(did you mean `hidden_size`"):
         loaded = AutoConfig.from_pretrained(tmp_path)
     assert loaded.hiden_size == 64 and loaded.hidden_size == config.hidden_size
 

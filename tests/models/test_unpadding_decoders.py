@@ -133,18 +133,31 @@ def test_padding_inside_a_row_unpads_with_absolute_positions_but_not_t5s_relativ
     assert_close(encoder_states(out)[keep], encoder_states(padded)[keep], atol=1e-5, rtol=0)
 
 
-def test_gpt_keeps_the_padded_path_with_a_cache_passed_in_packed_documents_or_a_4d_mask(monkeypatch):
+def test_gpt_keeps_the_padded_path_with_a_cache_passed_or_a_4d_mask(monkeypatch):
     model = tiny("gpt", "base").eval()
     ids, mask = right_padded(model)
     causal = torch.tril(torch.ones(10, 10, dtype=torch.bool))
     four_d = (causal & mask.bool()[:, None, :])[:, None]  # (B, 1, T, T), True = attend
-    packed = torch.arange(10).remainder(5)[None].expand(3, 10)  # two documents per row
     with torch.no_grad():
         for what, extra in {"a cache": dict(attention_mask=mask, past_key_values=DynamicCache()),
-                            "packed documents": dict(attention_mask=mask, position_ids=packed),
                             "a 4-D mask": dict(attention_mask=four_d)}.items():
             _, ran = ran_unpadded(model, monkeypatch, input_ids=ids, **extra)
             assert not ran, what
+
+
+def test_gpt_runs_packed_documents_unpadded_one_causal_sequence_each(monkeypatch):
+    """Restarting positions (two documents per row) unpad too: each document is its own varlen sequence, and
+    its outputs equal the padded path's block-diagonal causal mask."""
+    model = tiny("gpt", "base").eval()
+    ids, mask = right_padded(model)
+    packed = torch.arange(10).remainder(5)[None].expand(3, 10)  # two documents per row
+    keep = mask.bool()
+    with torch.no_grad():
+        out, ran = ran_unpadded(model, monkeypatch, input_ids=ids, attention_mask=mask, position_ids=packed)
+        model.config.unpad_inputs = False
+        padded = model(input_ids=ids, attention_mask=mask, position_ids=packed)
+    assert ran
+    assert_close(out.last_hidden_state[keep], padded.last_hidden_state[keep], atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("lengths", [(6, 6, 6), (10, 6, 3), (3, 10, 1)], ids=["equal", "decreasing", "mixed"])

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..layers.masks import cu_seqlens_from_starts, sequence_starts_from_positions
+
 IGNORE_INDEX = -100
 
 
@@ -323,14 +325,12 @@ def collate_extra(columns: dict[str, list], handled: set[str], real: torch.Tenso
 def cu_seqlens_from_positions(position_ids: torch.Tensor, real: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Document boundaries of packed rows, flash-attention style.
 
-    A document starts wherever `position_ids == 0`; real tokens of the batch are taken in row-major
-    order (as `input_ids[real]` flattens them). Returns (cu_seqlens int32 of shape (D + 1,), max_seqlen).
+    A document starts at the first real token of every row and wherever the position returns to that token's
+    position (0, or RoBERTa's first position: `pack_documents(first_position=...)`); real tokens of the batch
+    are taken in row-major order (as `input_ids[real]` flattens them). Returns (cu_seqlens int32 of shape
+    (D + 1,), max_seqlen).
     """
-    flat_pos = position_ids[real]  # (N,)
-    starts = torch.nonzero(flat_pos == 0).flatten()
-    # Each row also starts a document even if its first position id is not 0 (a carried-over tail).
-    row_starts = torch.cumsum(real.sum(1), 0)[:-1]
-    starts = torch.unique(torch.cat([torch.zeros(1, dtype=torch.long), starts, row_starts]))
-    cu = torch.cat([starts, torch.tensor([flat_pos.numel()])]).to(torch.int32)
+    real = real.bool()
+    cu = cu_seqlens_from_starts(sequence_starts_from_positions(position_ids, real), real)
     max_seqlen = int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
     return cu, max_seqlen

@@ -139,7 +139,8 @@ class DataCollatorForMLM(SeededMixin):
             `offset_mapping` in the examples.
         max_ngram: >1 selects spans of 1..max_ngram units with p(n) ∝ 1/n (ALBERT uses 3).
         pad_to_multiple_of: round the padded length up (8 helps tensor cores).
-        return_cu_seqlens: for packed rows (with `position_ids`), also return varlen `cu_seqlens`.
+        return_cu_seqlens: for packed rows (with `position_ids`, or `seq_lens`: the lengths of the sequences of
+            each row), also return varlen `cu_seqlens` and `max_seqlen`.
         num_threads: torch intra-op threads while collating (1: fastest for batch-sized work);
             None leaves torch's setting alone.
         seed / generator: reproducible masks (see `SeededMixin`).
@@ -215,6 +216,10 @@ class DataCollatorForMLM(SeededMixin):
             batch["position_ids"], _ = pad_ragged(cols["position_ids"], 0, length=L, left=self.left_pad)
             if self.return_cu_seqlens:
                 batch["cu_seqlens"], batch["max_seqlen"] = cu_seqlens_from_positions(batch["position_ids"], real)
+        elif self.return_cu_seqlens and "seq_lens" in cols:  # packed rows without positions: their lengths
+            lengths = torch.tensor([n for row in cols["seq_lens"] for n in row], dtype=torch.int32)
+            batch["cu_seqlens"] = torch.nn.functional.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
+            batch["max_seqlen"] = int(lengths.max())
         handled = {"input_ids", "attention_mask", "special_tokens_mask", "token_type_ids", "position_ids",
                    "word_ids", "offset_mapping", "labels", "length", "seq_lens", "doc_index"}
         batch.update(collate_extra(cols, handled, real, self.left_pad))

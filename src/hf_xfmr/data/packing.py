@@ -48,13 +48,13 @@ def best_fit_bins(lengths: Sequence[int], max_len: int) -> list[list[int]]:
     return bins
 
 
-def pack_documents(documents: Sequence[Sequence[int]], max_len: int) -> list[dict]:
+def pack_documents(documents: Sequence[Sequence[int]], max_len: int, first_position: int = 0) -> list[dict]:
     """Pack tokenized documents (each already with its special tokens) into rows of <= max_len tokens.
 
-    Returns one dict per row: `input_ids` (documents concatenated), `position_ids` (restarting at 0
-    for each document), `seq_lens` (document lengths in row order) and `doc_index` (which input
-    documents the row holds). Feed the rows to `DataCollatorForMLM` (it returns `cu_seqlens`) or to
-    `collate_packed`.
+    Returns one dict per row: `input_ids` (documents concatenated), `position_ids` (restarting at
+    `first_position` for each document: 0, or RoBERTa's `pad_token_id + 1`), `seq_lens` (document lengths in
+    row order) and `doc_index` (which input documents the row holds). Feed the rows to `DataCollatorForMLM`
+    (it returns `cu_seqlens`) or to `collate_packed`.
     """
     if len(documents) == 0:
         raise ValueError("Nothing to pack: the list of documents is empty.")
@@ -65,7 +65,7 @@ def pack_documents(documents: Sequence[Sequence[int]], max_len: int) -> list[dic
         ids, pos = [], []
         for i in members:
             ids.extend(docs[i])
-            pos.extend(range(len(docs[i])))
+            pos.extend(range(first_position, first_position + len(docs[i])))
         rows.append({"input_ids": ids, "position_ids": pos, "seq_lens": [len(docs[i]) for i in members],
                      "doc_index": members})
     return rows
@@ -87,8 +87,8 @@ def collate_packed(rows: Sequence[dict], pad_token_id: int, max_len: int | None 
     """
     input_ids, real = pad_ragged([r["input_ids"] for r in rows], pad_token_id, length=max_len)
     position_ids, _ = pad_ragged([r["position_ids"] for r in rows], 0, length=input_ids.shape[1])
-    starts = (position_ids == 0) & real
-    doc_ids = torch.where(real, torch.cumsum(starts, 1) - 1, torch.full_like(position_ids, -1))
+    row_doc_ids = [[k for k, n in enumerate(r["seq_lens"]) for _ in range(n)] for r in rows]
+    doc_ids, _ = pad_ragged(row_doc_ids, -1, length=input_ids.shape[1])
     lens = [n for r in rows for n in r["seq_lens"]]
     cu = torch.zeros(len(lens) + 1, dtype=torch.int32)
     cu[1:] = torch.cumsum(torch.tensor(lens), 0)

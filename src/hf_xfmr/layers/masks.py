@@ -58,14 +58,83 @@ def block_diagonal_mask(document_ids):
 
 
 def document_ids_from_position_ids(position_ids):
-    """(B, T) position ids restarting at 0 for each packed document -> (B, T) document ids 0, 1, ...
+    """(B, T) position ids restarting for each packed document -> (B, T) document ids 0, 1, ... per row.
 
-    The first token of a row always starts a document, even when its position id is not 0 (a row
-    that begins mid-document), so that real tokens are never mistaken for padding (id -1).
+    A document starts at the first token of a row and wherever the position returns to that token's
+    position (`sequence_starts_from_positions`): rows of documents numbered from 0 (or from any other first
+    position) split into their documents, and a row of other positions is one document.
     """
-    starts = position_ids == 0
-    starts[:, 0] = True
-    return starts.long().cumsum(-1) - 1
+    return sequence_starts_from_positions(position_ids).long().cumsum(-1) - 1
+
+
+def sequence_starts_from_positions(position_ids, keep=None):
+    """(B, T) position ids -> (B, T) bool, True where a packed sequence starts: at every real token whose
+    position equals the position of its row's first real token (`keep`: (B, T) bool real tokens, None: all).
+
+    Packing collators number each sequence from the same first position (transformers'
+    `DataCollatorWithFlattening`: `position_ids_start`, 0 by default; RoBERTa's `pad_token_id + 1`), so each
+    return to it starts a sequence, while positions in any other order (reversed, shifted) stay one sequence."""
+    if keep is None:
+        first = position_ids[:, :1]  # (B, 1)
+    else:
+        index = (keep.long().cumsum(-1) == 0).sum(-1, keepdim=True).clamp(max=position_ids.shape[-1] - 1)  # (B, 1)
+        first = position_ids.gather(1, index)  # (B, 1) the first real token's position
+    starts = position_ids == first  # (B, T)
+    return starts if keep is None else starts & keep
+
+
+def sequence_starts_from_ids(sequence_ids):
+    """(B, T) ids of packed sequences (one id on all of a sequence's tokens, e.g. `seq_idx`) -> (B, T) bool
+    starts: the first token of each row and every token whose id differs from the previous token's."""
+    starts = torch.ones(sequence_ids.shape, dtype=torch.bool, device=sequence_ids.device)
+    starts[:, 1:] = sequence_ids[:, 1:] != sequence_ids[:, :-1]
+    return starts
+
+
+def sequence_starts_from_cu_seqlens(cu_seqlens, keep):
+    """(D + 1,) boundaries [0, l1, l1 + l2, ..., N] of sequences among the real tokens taken row by row, and the
+    (B, T) bool real-token mask -> (B, T) bool starts (True at the first real token of each sequence)."""
+    flat = keep.flatten()  # (B * T,)
+    real_index = flat.long().cumsum(0) - 1  # (B * T,) index among the real tokens
+    starts = flat & torch.isin(real_index, cu_seqlens[:-1].long())
+    return starts.view(keep.shape)
+
+
+def real_sequence_starts(starts, keep=None):
+    """`starts` (B, T) restricted to real tokens (`keep`, None: all), with the first real token of each row
+    always starting a sequence (left padding, a row that begins mid-sequence)."""
+    if keep is None:
+        starts = starts.clone()
+        starts[:, 0] = True
+        return starts
+    first = keep & (keep.long().cumsum(-1) == 1)  # (B, T) each row's first real token
+    return (starts & keep) | first
+
+
+def document_ids_from_starts(starts, keep=None):
+    """(B, T) bool sequence starts and real-token mask (None: all real) -> (B, T) ids numbering the packed
+    sequences of the whole batch 0, 1, 2, ... row after row, -1 at padding (`block_diagonal_mask`'s input)."""
+    starts = real_sequence_starts(starts, keep)
+    ids = starts.flatten().long().cumsum(0).view(starts.shape) - 1  # (B, T)
+    return ids if keep is None else ids.masked_fill(~keep, -1)
+
+
+def positions_in_sequences(starts, keep=None):
+    """(B, T) bool sequence starts -> (B, T) each token's index within its packed sequence (0 at its start)."""
+    starts = real_sequence_starts(starts, keep)
+    index = torch.arange(starts.shape[-1], device=starts.device).expand(starts.shape)  # (B, T)
+    first = torch.where(starts, index, torch.zeros_like(index)).cummax(dim=-1).values  # (B, T) start of the sequence
+    return index - first
+
+
+def cu_seqlens_from_starts(starts, keep=None):
+    """(B, T) bool sequence starts -> (D + 1,) int32 boundaries of the sequences among the real tokens taken
+    row by row, the layout of varlen kernels. Reads the number of sequences to the host."""
+    starts = real_sequence_starts(starts, keep)
+    flat = starts.flatten() if keep is None else starts.flatten()[keep.flatten()]  # (N,)
+    begin = flat.nonzero().flatten().to(torch.int32)  # (D,)
+    end = torch.tensor([flat.numel()], dtype=torch.int32, device=flat.device)
+    return torch.cat([begin, end])  # (D + 1,)
 
 
 def document_ids_from_cu_seqlens(cu_seqlens, total_len):
@@ -73,6 +142,28 @@ def document_ids_from_cu_seqlens(cu_seqlens, total_len):
     positions = torch.arange(total_len, device=cu_seqlens.device)
     ids = torch.searchsorted(cu_seqlens[1:].long(), positions, right=True)
     return ids.masked_fill(positions >= cu_seqlens[-1], -1)
+
+
+def ready_mask(mask):
+    """A ready-made 4-D mask as the kernels take it: bool (True = attend) and additive float masks as they are,
+    an integer 0/1 mask as bool."""
+    if mask is None or mask.dtype == torch.bool or mask.is_floating_point():
+        return mask
+    return mask != 0
+
+
+def restrict_mask(mask, allowed):
+    """`mask` (bool, additive float or None) with the keys where the bool `allowed` is False hidden as well."""
+    if mask is None or mask.dtype == torch.bool:
+        return combine_masks(mask, allowed)
+    return mask.masked_fill(~allowed, torch.finfo(mask.dtype).min)
+
+
+def visible_keys(mask):
+    """(B, 1, 1, S) bool: the keys some query may see under a (B, 1, T, S) bool or additive mask (what
+    cross-attention needs of an encoder's ready-made 4-D mask: its padding)."""
+    keep = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min
+    return keep.any(dim=-2, keepdim=True)
 
 
 def combine_masks(*masks):
@@ -112,7 +203,7 @@ def decoder_attention_mask(attention_mask, q_len, k_len, document_ids=None, devi
     `(None, False)` for one new token with nothing to hide, else a bool (B, 1, q_len, k_len) mask.
     """
     if attention_mask is not None and attention_mask.dim() == 4:
-        return attention_mask, False
+        return ready_mask(attention_mask), False
     if attention_mask is None and document_ids is None:
         if q_len == 1:
             return None, False  # the single newest token sees every key

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from .masks import padding_mask
+from .masks import block_diagonal_mask, cu_seqlens_from_starts, document_ids_from_starts, padding_mask
 
 
 def unpad_input(hidden, attention_mask):
@@ -189,7 +189,7 @@ def labels_read_padding(labels, attention_mask) -> bool:
     return bool(((labels != -100) & (attention_mask == 0)).any())
 
 
-def encoder_padding(attention_mask, unpad: bool, dense: bool | None = None, prefix_only: bool = False):
+def encoder_padding(attention_mask, unpad: bool, dense: bool | None = None, prefix_only: bool = False, starts=None):
     """How a bidirectional encoder runs a (B, T) batch: `(varlen, mask)`, at most one of them set.
 
     - no mask, or no padding: `(None, None)`, the padded layout without a mask (the fastest kernels, no
@@ -206,8 +206,13 @@ def encoder_padding(attention_mask, unpad: bool, dense: bool | None = None, pref
     `dense` (default: off the CPU) prepares one masked attention call per layer instead of one per sequence.
     `prefix_only` (attention that depends on the distance between positions, T5's relative bias): unpad only
     when no row has padding before a real token, since packing would bring its real tokens closer together.
+    `starts` (B, T) bool, True where a packed sequence begins (`models.packing.packed_sequence_starts`): each
+    sequence attends to itself only, unpadded (one varlen document per sequence) or padded with a
+    block-diagonal (B, 1, T, T) mask, by the same rules; then there is a layout even without padding.
     Reads the mask to the host once (not when compiling).
     """
+    if starts is not None:
+        return _packed_layout(attention_mask, starts, unpad, dense, prefix_only)
     if attention_mask is None:
         return None, None
     if torch.compiler.is_compiling():
@@ -228,3 +233,25 @@ def encoder_padding(attention_mask, unpad: bool, dense: bool | None = None, pref
     device = attention_mask.device
     dense = device.type != "cpu" if dense is None else dense
     return _varlen(keep, row_lengths, batch, seq_len, None, device, dense=dense), None
+
+
+def _packed_layout(attention_mask, starts, unpad: bool, dense: bool | None, prefix_only: bool):
+    """`encoder_padding` for a batch of packed sequences (`starts` (B, T)): `(VarlenBatch, None)` with one
+    document per sequence, or `(None, mask)` with the block-diagonal (B, 1, T, T) bool mask."""
+    batch, seq_len = starts.shape
+    keep = None if attention_mask is None else attention_mask.bool()
+    if torch.compiler.is_compiling() or not unpad or PADDED_LAYOUT.get():
+        return None, block_diagonal_mask(document_ids_from_starts(starts, keep))
+    if keep is None:
+        row_lengths, first_real = [seq_len] * batch, [1] * batch
+    else:
+        starts_real = keep[:, 0]  # (B,)
+        if prefix_only:  # and no padding followed by a real token
+            starts_real = starts_real & ~(keep[:, 1:] & ~keep[:, :-1]).any(dim=-1)
+        counts = torch.cat([keep.sum(dim=-1), starts_real.long()]).tolist()  # one host read: (2B,)
+        row_lengths, first_real = counts[:batch], counts[batch:]
+    if not all(first_real):
+        return None, block_diagonal_mask(document_ids_from_starts(starts, keep))
+    device = starts.device
+    dense = device.type != "cpu" if dense is None else dense
+    return _varlen(keep, row_lengths, batch, seq_len, cu_seqlens_from_starts(starts, keep), device, dense=dense), None

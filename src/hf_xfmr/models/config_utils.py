@@ -6,8 +6,10 @@ fails at construction time rather than as a shape error deep inside a forward pa
 `XfmrPretrainedConfig` is the base of every config: `from_preset(name, **overrides)`, and keyword
 arguments that are neither a field of the config nor one of transformers' own (`config_keyword_known`)
 raise a TypeError naming the closest fields. Only a saved config file is read leniently (a key some
-other tool wrote must not make a checkpoint unloadable): such keys are kept as attributes, as
-transformers does, with a warning.
+other tool wrote must not make a checkpoint unloadable): such keys are kept as attributes, silently, as
+transformers' own configs keep them (legacy keys such as `gradient_checkpointing` or `output_past`);
+only a key that reads as a misspelling of a field (`misspelt_fields`: `hiden_size`) is warned about,
+since the model does not read it.
 """
 
 import contextlib
@@ -210,6 +212,25 @@ def unknown_keywords_message(config_class, names) -> str:
     return f"{', '.join(parts)}.{listing}"
 
 
+MISSPELLING_SIMILARITY = 0.9  # difflib ratio: `hiden_size` / `hidden_size` 0.95, `n_layers` / `n_layer` 0.93
+
+
+def misspelt_fields(config_class, names) -> dict[str, str]:
+    """name -> the field of `config_class` it reads as a misspelling of (a difflib similarity of at least
+    MISSPELLING_SIMILARITY: one or two characters off), for the names that are no keyword the config knows.
+    Legacy keys of older configs (`gradient_checkpointing`, `output_past`, `static_position_embeddings`)
+    resemble no field that closely."""
+    own = {f.name for f in dataclasses.fields(config_class)} - {f.name for f in dataclasses.fields(PretrainedConfig)}
+    fields = sorted(own | set(config_class.attribute_map))
+    found = {}
+    for name in names:
+        if not config_keyword_known(config_class, name):
+            close = difflib.get_close_matches(name, fields, n=1, cutoff=MISSPELLING_SIMILARITY)
+            if close:
+                found[name] = close[0]
+    return found
+
+
 def check_known_keywords(config_class, kwargs) -> None:
     """TypeError unless every keyword is a field of `config_class`, an alias, or transformers' own."""
     unknown = [name for name in kwargs if not config_keyword_known(config_class, name)]
@@ -231,6 +252,11 @@ class XfmrPretrainedConfig(PretrainedConfig):
 
     presets: ClassVar[dict] = {}
     field_checks: ClassVar[FieldChecks] = FieldChecks()
+    # Every architecture's switch: `position_ids` that restart inside a row (return to the row's first position, as
+    # transformers' DataCollatorWithFlattening numbers packed sequences) mark packed sequences,
+    # which then attend to themselves only. False: such sequences attend to each other, as under transformers'
+    # SDPA and eager attention (explicit boundaries, `cu_seq_lens_q` / `cu_seqlens`, keep them apart either way).
+    packed_position_ids: bool = True
     # An encoder-decoder whose `num_hidden_layers` is the encoder's depth names its decoder-depth field here.
     decoder_layers_field: ClassVar[str | None] = None
 
@@ -276,21 +302,26 @@ class XfmrPretrainedConfig(PretrainedConfig):
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
         """A config from a saved dict (config.json). Keys other tools wrote there, unknown to this config, are
-        kept as plain attributes (transformers' behaviour), with a warning: the model reads none of them."""
+        kept as plain attributes, silently, as transformers' own configs keep them (the model reads none of
+        them: `gradient_checkpointing`, `output_past`, ... of older configs). A key that reads as a misspelling
+        of a field (`misspelt_fields`) gets a warning: the field keeps its own value, or its default."""
         config_dict = dict(config_dict)
         extra = {name: config_dict.pop(name) for name in list(config_dict)
                  if not config_keyword_known(cls, name)}
         with special_ids_outside_vocab_allowed():  # a saved config keeps them (see check_token_id)
             result = super().from_dict(config_dict, **kwargs)
-        if extra:
+        misspelt = misspelt_fields(cls, extra)
+        if misspelt:
+            named = ", ".join(f"`{name}` (did you mean `{field}`?)" for name, field in misspelt.items())
             warnings.warn(
-                f"The saved config has keys that are not fields of {cls.__name__}; they are kept as attributes, "
-                f"but the model reads none of them: {unknown_keywords_message(cls, extra)}",
+                f"The saved config has keys that look like misspelt fields of {cls.__name__}: {named}. They are "
+                f"kept as attributes, but the model reads none of them: those fields keep their own values (or "
+                f"their defaults).",
                 UserWarning, stacklevel=2,
             )
-            config = result[0] if isinstance(result, tuple) else result
-            for name, value in extra.items():
-                setattr(config, name, value)
+        config = result[0] if isinstance(result, tuple) else result
+        for name, value in extra.items():
+            setattr(config, name, value)
         return result
 
     @classmethod

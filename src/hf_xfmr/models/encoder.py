@@ -27,8 +27,10 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling
 from ..layers.attention import resolve_kernel, self_attention
 from ..layers.dropout import Dropout
 from ..layers.mlp import MLP, get_activation
+from ..layers.masks import positions_in_sequences, ready_mask
 from ..layers.padding import encoder_padding
 from .input_checks import check_encoder_inputs
+from .packing import check_packed_positions, packed_sequence_starts
 from .pretrained import collect
 
 
@@ -139,18 +141,31 @@ class EncoderStack:
         self.embeddings.word_embeddings = value
 
     def run_encoder(self, layers, inputs: dict, attention_mask, seq_len: int, output_attentions: bool,
-                    output_hidden_states: bool):
+                    output_hidden_states: bool, packed: dict | None = None):
         """Embed `inputs` (the embeddings' keyword arguments, `position_ids` among them) and run `layers`.
 
         One decision per forward (`layers.padding.encoder_padding`): the real tokens only, or the padded
-        layout with a mask, or without one. Returns (last hidden state (B, T, C), all hidden states or None,
-        all attention weights or None); hidden states are zeros at padding positions when unpadded.
+        layout with a mask, or without one. A 4-D `attention_mask` is used as given, on the padded layout.
+        `packed`: the forward's packed-sequence keywords (`models.packing`); packed sequences attend to
+        themselves only and, without `position_ids`, are numbered from their own start. Returns (last hidden
+        state (B, T, C), all hidden states or None, all attention weights or None); hidden states are zeros at
+        padding positions when unpadded.
         """
-        varlen, mask = encoder_padding(attention_mask, unpad=self.config.unpad_inputs and not output_attentions)
+        batch = next(x for x in inputs.values() if x is not None).shape[0]
+        starts = packed_sequence_starts(self, batch, seq_len, attention_mask, inputs["position_ids"], packed=packed)
+        check_packed_positions(self, inputs["position_ids"], starts, self.embeddings.first_position)
+        if attention_mask is not None and attention_mask.dim() == 4:
+            varlen, mask = None, ready_mask(attention_mask)
+        else:
+            varlen, mask = encoder_padding(attention_mask, unpad=self.config.unpad_inputs and not output_attentions,
+                                           starts=starts)
+        if starts is not None and inputs["position_ids"] is None:  # each sequence numbered from its start
+            keep = None if attention_mask is None else attention_mask.bool()
+            inputs["position_ids"] = positions_in_sequences(starts, keep) + self.embeddings.first_position
         if varlen is not None:  # the embeddings take the real tokens as one (1, N) row
             if inputs["position_ids"] is None:  # numbered in the padded layout (RoBERTa's depend on the padding)
                 inputs["position_ids"] = self.embeddings.default_position_ids(
-                    inputs.get("input_ids"), seq_len, attention_mask.device)
+                    inputs.get("input_ids"), seq_len, varlen.cu_seqlens.device)
             inputs = dict(zip(inputs, varlen.unpad_inputs(*inputs.values())))
         hidden_states = self.embeddings(**inputs)  # (B, T, C)
         if varlen is not None:
@@ -188,9 +203,11 @@ class PooledEncoderStack(EncoderStack):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        **packed,
     ):
-        """input_ids / token_type_ids / position_ids / attention_mask (B, T), or inputs_embeds (B, T, width of
-        the word embeddings). `hidden_states` holds the embeddings' output and every layer's."""
+        """input_ids / token_type_ids / position_ids / attention_mask (B, T) (or a ready-made (B, 1, T, T) mask),
+        or inputs_embeds (B, T, width of the word embeddings). `packed`: the boundaries of packed sequences
+        (`models.packing`). `hidden_states` holds the embeddings' output and every layer's."""
         _, seq_len = check_encoder_inputs(
             input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
             vocab_size=self.config.vocab_size, type_vocab_size=self.config.type_vocab_size, **self.position_limits(),
@@ -200,7 +217,7 @@ class PooledEncoderStack(EncoderStack):
         inputs = {"input_ids": input_ids, "token_type_ids": token_type_ids, "position_ids": position_ids,
                   "inputs_embeds": inputs_embeds}
         hidden_states, all_hidden_states, all_attentions = self.run_encoder(
-            self.encoder_layers(), inputs, attention_mask, seq_len, output_attentions, output_hidden_states)
+            self.encoder_layers(), inputs, attention_mask, seq_len, output_attentions, output_hidden_states, packed)
         pooled = self.pooler(hidden_states) if self.pooler is not None else None
         output = BaseModelOutputWithPooling(
             last_hidden_state=hidden_states, pooler_output=pooled,

@@ -33,9 +33,11 @@ from transformers.modeling_outputs import (
 )
 
 from ..layers.dropout import Dropout
+from ..layers.masks import ready_mask, visible_keys
 from ..layers.padding import labels_read_padding, padded_layout
 from .input_checks import check_condition, check_labels_shape, check_tensor
 from .losses import IGNORE_INDEX, sequence_classification_loss, span_loss, token_loss
+from .packing import PACKED_INPUTS
 
 
 # -- pooling: (B, T, C) hidden states -> (B, C) ------------------------------------------------------
@@ -45,9 +47,12 @@ def pool_first(hidden_states, **_):
 
 
 def pool_mean(hidden_states, attention_mask=None, **_):
-    """Mean over real tokens (all tokens without a mask)."""
+    """Mean over real tokens (all tokens without a mask; with a ready-made 4-D mask, the tokens some query
+    may see)."""
     if attention_mask is None:
         return hidden_states.mean(dim=1)
+    if attention_mask.dim() == 4:
+        attention_mask = visible_keys(ready_mask(attention_mask))[:, 0, 0]  # (B, T)
     weights = attention_mask.to(hidden_states.dtype).unsqueeze(-1)  # (B, T, 1)
     return (hidden_states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)  # (B, C)
 
@@ -188,12 +193,14 @@ _PARAMETERS = {}
 
 
 def _forward_parameters(model_class) -> frozenset:
-    """Names `model_class.forward` accepts ("**" when it takes arbitrary keywords)."""
+    """Names `model_class.forward` accepts: its named parameters and, when it takes `**packed`, the keywords of
+    packed sequences (`models.packing.PACKED_INPUTS`); "**" when it takes any other keyword."""
     if model_class not in _PARAMETERS:
         params = inspect.signature(model_class.forward).parameters.values()
         names = {p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
-        if any(p.kind == p.VAR_KEYWORD for p in params):
-            names.add("**")
+        for p in params:
+            if p.kind == p.VAR_KEYWORD:
+                names.update(PACKED_INPUTS) if p.name == "packed" else names.add("**")
         _PARAMETERS[model_class] = frozenset(names - {"self"})
     return _PARAMETERS[model_class]
 
@@ -352,7 +359,7 @@ class QuestionAnsweringHead(TaskHead):
                           position_ids=position_ids, inputs_embeds=inputs_embeds,
                           output_attentions=output_attentions, output_hidden_states=output_hidden_states, **kwargs)
         logits = self.qa_outputs(out.last_hidden_state)  # (B, T, 2)
-        if attention_mask is not None and self.masks_padding():
+        if attention_mask is not None and attention_mask.dim() == 2 and self.masks_padding():
             logits = logits.masked_fill(~attention_mask.bool()[..., None], torch.finfo(logits.dtype).min)
         start_logits, end_logits = (x.squeeze(-1).contiguous() for x in logits.split(1, dim=-1))  # (B, T) each
         loss = None

@@ -46,7 +46,7 @@ def check_attention_mask(name: str, mask: torch.Tensor | None) -> None:
     """A 2-D (batch, seq_len) padding mask holds 1 for tokens to attend to and 0 for padding: bool, any
     integer dtype, or float 0.0 / 1.0 (transformers' convention). Other values (2, -1, 0.5) raise a
     ValueError; compiled, an asynchronous assert (see the module docstring). Shapes are checked by the
-    callers, which know the expected one; 4-D masks (bool, or additive float) are not value-checked."""
+    callers, which know the expected one; 4-D masks (bool, or additive float: `check_4d_mask`) are not value-checked."""
     check_tensor(name, mask)
     if mask is None or mask.dim() != 2 or mask.dtype == torch.bool or not mask.numel():
         return
@@ -59,6 +59,18 @@ def check_attention_mask(name: str, mask: torch.Tensor | None) -> None:
     if not bool(ok.all()):
         bad = mask[~ok][0].item()
         raise ValueError(f"`{name}` contains {bad!r}. {advice}")
+
+
+def check_4d_mask(attention_mask, batch: int, q_len: int, k_len: int):
+    """A ready-made (B or 1, 1, T, S) mask as transformers takes it: bool (True = may attend) or an additive float
+    bias (0 = attend, a large negative value = hidden); an integer 0/1 mask is read as bool. Returns the mask."""
+    shape = tuple(attention_mask.shape)
+    if attention_mask.dim() != 4 or shape[0] not in (1, batch) or shape[1] != 1 or shape[2:] != (q_len, k_len):
+        raise ValueError(f"A 4-D `attention_mask` must have shape ({batch}, 1, {q_len}, {k_len}) (bool: True = may "
+                         f"attend; or an additive float mask: 0 = attend), got {shape}.")
+    if attention_mask.dtype == torch.bool or attention_mask.is_floating_point():
+        return attention_mask
+    return attention_mask != 0
 
 
 def check_value_range(name: str, tensor: torch.Tensor, low: int, high: int, advice: str,
@@ -139,6 +151,9 @@ def check_encoder_inputs(
             f"The inputs are empty (batch, seq_len) = ({batch}, {seq_len}); every batch needs at least one "
             f"sequence of at least one token. Drop empty examples before batching."
         )
+    if attention_mask is not None and attention_mask.dim() == 4:  # a ready-made mask: who sees whom
+        check_4d_mask(attention_mask, batch, seq_len, seq_len)
+        attention_mask = None
     for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids),
                          ("position_ids", position_ids)):
         if tensor is not None and tuple(tensor.shape) != (batch, seq_len):

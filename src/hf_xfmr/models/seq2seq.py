@@ -44,11 +44,13 @@ from transformers.modeling_outputs import (
 )
 
 from ..layers.dropout import Dropout
+from ..layers.masks import ready_mask, visible_keys
 from .causal_lm import lm_logits_and_loss
 from .generation import CheckedGenerationMixin
 from .heads import TaskHead
 from .input_checks import check_id_dtype, check_tensor
 from .losses import IGNORE_INDEX
+from .packing import packed_sequence_starts
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int | None, decoder_start_token_id: int | None):
@@ -107,6 +109,32 @@ def seq2seq_model_output(decoder_outputs: tuple, encoder_outputs: BaseModelOutpu
     return output if return_dict else output.to_tuple()
 
 
+def cross_attention_mask(encoder_hidden_states, encoder_attention_mask):
+    """(B, 1, 1, S) bool: the encoder tokens the decoder may read, or None when it may read them all. A (B, S)
+    0/1 mask as it is; the encoder's ready-made (B, 1, S, S) mask by the keys some query may see (its padding)."""
+    if encoder_hidden_states is None or encoder_attention_mask is None:
+        return None
+    if encoder_attention_mask.dim() == 4:
+        return visible_keys(ready_mask(encoder_attention_mask))  # (B, 1, 1, S)
+    if torch.compiler.is_compiling() or not bool(encoder_attention_mask.all()):
+        return encoder_attention_mask.bool()[:, None, None, :]  # (B, 1, 1, S)
+    return None
+
+
+def refuse_packed_decoder(model, input_ids, inputs_embeds, attention_mask, position_ids, packed: dict) -> None:
+    """A ValueError when an encoder-decoder's encoder input holds packed sequences: its decoder reads one target
+    per row, so only the encoder (which keeps packed sequences apart) can take them."""
+    source = input_ids if input_ids is not None else inputs_embeds
+    if (position_ids is None and not packed) or source is None:
+        return
+    if packed_sequence_starts(model, *source.shape[:2], attention_mask, position_ids, packed=packed) is not None:
+        raise ValueError(
+            f"{type(model).__name__} got packed sequences (several per row), but its decoder reads one target "
+            f"sequence per row and would attend across them. Run packed batches through the encoder alone "
+            f"(`model.get_encoder()`, or the encoder model class), or pad one sequence per row."
+        )
+
+
 class SharedInputEmbeddings:
     """Mixin of an encoder-decoder backbone whose encoder and decoder read one token table, `self.shared`:
     the input-embedding accessors transformers uses to tie and resize it."""
@@ -121,17 +149,18 @@ class SharedInputEmbeddings:
 class EncoderEntry:
     """The encoder half of an encoder-decoder as a callable `generate()` can run on its own.
 
-    `run(input_ids, attention_mask, inputs_embeds, output_attentions, output_hidden_states)` must return
-    a `BaseModelOutput`. Not a module: it owns no parameters (they stay in the model).
+    `run(input_ids, attention_mask, inputs_embeds, output_attentions, output_hidden_states, **packed)` must
+    return a `BaseModelOutput`; `packed` are `position_ids` and the boundaries of packed sequences
+    (`models.packing`), which the encoder keeps apart. Not a module: it owns no parameters (they stay in the model).
     """
 
     def __init__(self, run):
         self._run = run
 
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None):
+                output_hidden_states=None, return_dict=None, **packed):
         return self._run(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
-                         output_attentions=output_attentions, output_hidden_states=output_hidden_states)
+                         output_attentions=output_attentions, output_hidden_states=output_hidden_states, **packed)
 
     __call__ = forward
 

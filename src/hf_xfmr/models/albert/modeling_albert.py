@@ -78,6 +78,7 @@ class XfmrAlbertEmbeddings(nn.Module):
         self.hidden_proj = nn.Linear(config.embedding_size, config.hidden_size)  # the factorisation's E -> C
 
     default_position_ids = staticmethod(default_position_ids)  # (1, T)
+    first_position = 0  # what a packed sequence's first token is numbered
 
     def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None):
         """`inputs_embeds` are (B, T, E): vectors of the small embedding space, as `word_embeddings` gives."""
@@ -200,7 +201,7 @@ class XfmrAlbertForPreTraining(TiedDecoderHead, TaskHead, XfmrAlbertPreTrainedMo
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, sentence_order_label=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None):
+                output_hidden_states=None, return_dict=None, **kwargs):
         """`labels` (B, T) as for MLM; `sentence_order_label` (B,): 0 = A then B (original order), 1 = swapped.
 
         The loss is the MLM loss when `labels` are given, plus the SOP loss when `sentence_order_label` is.
@@ -213,7 +214,7 @@ class XfmrAlbertForPreTraining(TiedDecoderHead, TaskHead, XfmrAlbertPreTrainedMo
                              f"got shape {tuple(sentence_order_label.shape)}.")
         out = self.encode(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                           position_ids=position_ids, inputs_embeds=inputs_embeds, token_labels=labels,
-                          output_attentions=output_attentions, output_hidden_states=output_hidden_states)
+                          output_attentions=output_attentions, output_hidden_states=output_hidden_states, **kwargs)
         sparse = self.config.sparse_prediction and self.training
         logits, loss = masked_lm_logits_and_loss(self.lm_head, out.last_hidden_state, labels, sparse)
         sop_logits = self.sop_head(out.pooler_output)  # (B, num_labels)

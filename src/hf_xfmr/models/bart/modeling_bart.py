@@ -48,7 +48,7 @@ from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPa
 from ...layers.attention import resolve_kernel, self_attention
 from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
-from ...layers.masks import decoder_attention_mask
+from ...layers.masks import decoder_attention_mask, document_ids_from_starts, positions_in_sequences, ready_mask
 from ...layers.mlp import get_activation
 from ...layers.padding import encoder_padding
 from ..causal_lm import CausalLMHead
@@ -60,7 +60,8 @@ from ..generation import (
     replayed_by_checkpointing,
 )
 from ..heads import QuestionAnsweringHead, SequenceClassificationHead
-from ..input_checks import check_attention_mask, check_encoder_inputs, check_id_dtype
+from ..input_checks import check_4d_mask, check_attention_mask, check_encoder_inputs, check_id_dtype
+from ..packing import packed_sequence_starts
 from ..pretrained import XfmrPreTrainedModel, collect
 from ..seq2seq import (
     DecoderInputsFromInputs,
@@ -70,6 +71,8 @@ from ..seq2seq import (
     Seq2SeqLMHead,
     SharedInputEmbeddings,
     check_encoder_batch,
+    cross_attention_mask,
+    refuse_packed_decoder,
     seq2seq_model_output,
     shift_tokens_right,
 )
@@ -182,9 +185,12 @@ class XfmrBartStack(nn.Module):
 
     def forward(self, inputs_embeds, attention_mask=None, position_ids=None, encoder_hidden_states=None,
                 encoder_attention_mask=None, past_key_values=None, output_attentions=False,
-                output_hidden_states=False):
+                output_hidden_states=False, starts=None):
         """inputs_embeds (B, T, C) token embeddings (scaled); attention_mask (B, P + T) 0/1 (decoder: cached and
-        new tokens); position_ids (1 or B, T), default P + arange(T); encoder_attention_mask (B, S) 0/1."""
+        new tokens) or a ready-made (B, 1, T, P + T) mask; position_ids (1 or B, T), default P + arange(T);
+        encoder_attention_mask (B, S) 0/1 or the encoder's 4-D mask; `starts` (B, T) bool, where packed
+        sequences begin: each is numbered from its start and attends to itself only (the encoder: unpadded or
+        block-diagonal; a decoder: causally, on the padded layout)."""
         batch, seq_len, _ = inputs_embeds.shape
         device = inputs_embeds.device
         past_length = 0
@@ -192,7 +198,10 @@ class XfmrBartStack(nn.Module):
             self_cache = (past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache)
                           else past_key_values)
             past_length = cached_length(self_cache)
-        if position_ids is None:
+        two_d = attention_mask is not None and attention_mask.dim() == 2
+        if position_ids is None and starts is not None:  # each packed sequence numbered from its start
+            position_ids = positions_in_sequences(starts, attention_mask.bool() if two_d else None)  # (B, T)
+        elif position_ids is None:
             limit = self.config.max_position_embeddings
             if past_length + seq_len > limit:
                 cached = f" after {past_length} cached tokens" if past_length else ""
@@ -206,12 +215,19 @@ class XfmrBartStack(nn.Module):
         # One decision per forward (one host read, none when compiling): the encoder runs a right-padded batch on
         # its real tokens only; otherwise the padded layout with a mask, or without one (a 2-D mask of all ones is
         # dropped: SDPA's causal / unmasked kernels).
-        varlen = None
-        if attention_mask is not None and attention_mask.dim() == 2 and not torch.compiler.is_compiling():
+        documents = None  # a decoder's packed sequences: ids for a block-diagonal causal mask (padded layout)
+        if self.is_decoder and starts is not None:
+            documents, starts = document_ids_from_starts(starts, attention_mask.bool() if two_d else None), None
+        varlen = packed_mask = None
+        if (two_d or starts is not None) and not torch.compiler.is_compiling():
             unpad = not self.is_decoder and self.config.unpad_inputs and not output_attentions
-            varlen, padded = encoder_padding(attention_mask, unpad=unpad)
+            varlen, padded = encoder_padding(attention_mask if two_d else None, unpad=unpad, starts=starts)
             if varlen is None and padded is None:
                 attention_mask = None
+            elif starts is not None:
+                packed_mask = padded  # the block-diagonal (B, 1, T, T) mask, or None when unpadded
+        elif starts is not None:  # compiled: the padded layout with a block-diagonal mask
+            packed_mask = encoder_padding(attention_mask if two_d else None, unpad=False, starts=starts)[1]
         if varlen is not None:  # the embeddings take the real tokens as one (1, N) row, with their positions
             inputs_embeds, position_ids = varlen.unpad_inputs(inputs_embeds, position_ids)
         hidden_states = inputs_embeds + self.embed_positions(position_ids + POSITION_OFFSET)  # (B, T, C) or (1, N, C)
@@ -219,13 +235,14 @@ class XfmrBartStack(nn.Module):
         if varlen is not None:
             hidden_states, mask, is_causal = hidden_states.squeeze(0), None, False  # (N, C)
         elif self.is_decoder:
-            mask, is_causal = decoder_attention_mask(attention_mask, seq_len, past_length + seq_len, device=device)
-        else:
-            mask, is_causal = (None if attention_mask is None else attention_mask.bool()[:, None, None, :]), False
-        cross_mask = None
-        if encoder_hidden_states is not None and encoder_attention_mask is not None:
-            if torch.compiler.is_compiling() or not bool(encoder_attention_mask.all()):
-                cross_mask = encoder_attention_mask.bool()[:, None, None, :]  # (B, 1, 1, S)
+            mask, is_causal = decoder_attention_mask(attention_mask, seq_len, past_length + seq_len, documents,
+                                                     device=device)
+        elif packed_mask is not None or attention_mask is None:
+            mask, is_causal = packed_mask, False
+        else:  # (B, 1, 1, S) padding, or a ready-made 4-D mask as given
+            mask, is_causal = (ready_mask(attention_mask) if attention_mask.dim() == 4
+                               else attention_mask.bool()[:, None, None, :]), False
+        cross_mask = cross_attention_mask(encoder_hidden_states, encoder_attention_mask)
 
         all_hidden = (hidden_states,) if output_hidden_states else None
         all_self, all_cross = ((), ()) if output_attentions else (None, None)
@@ -254,10 +271,12 @@ class XfmrBartPreTrainedModel(XfmrPreTrainedModel):
 
 
 def _check_mask(name, mask, embeds, values=True):
-    """A 2-D padding mask: one 0/1 entry per token of `embeds` (B, T, C); `values=False` checks the shape
-    alone (a mask whose values the encoder has just checked)."""
+    """A 2-D padding mask: one 0/1 entry per token of `embeds` (B, T, C), or a ready-made (B, 1, T, T) one;
+    `values=False` checks the shape alone (a mask whose values the encoder has just checked)."""
     check_attention_mask(name, mask if values else None)
-    if mask is not None and tuple(mask.shape) != tuple(embeds.shape[:2]):
+    if mask is not None and mask.dim() == 4:
+        check_4d_mask(mask, embeds.shape[0], embeds.shape[1], embeds.shape[1])
+    elif mask is not None and tuple(mask.shape) != tuple(embeds.shape[:2]):
         raise ValueError(f"`{name}` has shape {tuple(mask.shape)} but the inputs have shape "
                          f"{tuple(embeds.shape[:2])}; it must be 2-D with one 0/1 entry per token.")
 
@@ -284,20 +303,31 @@ class XfmrBartModel(SharedInputEmbeddings, XfmrBartPreTrainedModel):
         return self.shared(input_ids) * self.embed_scale if inputs_embeds is None else inputs_embeds
 
     def run_encoder(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
-                    output_hidden_states=None):
+                    output_hidden_states=None, position_ids=None, **packed):
+        """The encoder over `input_ids` (B, S) with a (B, S) 0/1 or ready-made (B, 1, S, S) mask. Packed sequences
+        (`models.packing`) attend to themselves only and are numbered from their own start (or by `position_ids`,
+        counted from 0 as BART numbers a sequence; the table's offset of 2 is added here)."""
         config = self.config
         output_attentions, output_hidden_states, _ = self.output_flags(output_attentions, output_hidden_states, None)
-        embeds = self.embed(input_ids, inputs_embeds, config.max_position_embeddings)  # (B, S, C)
-        _check_mask("attention_mask", attention_mask, embeds)
-        hidden, all_hidden, all_attn, _ = self.encoder(embeds, attention_mask, output_attentions=output_attentions,
-                                                       output_hidden_states=output_hidden_states)
+        limit = None if position_ids is not None or packed else config.max_position_embeddings
+        embeds = self.embed(input_ids, inputs_embeds, limit)  # (B, S, C)
+        check_encoder_inputs(None, embeds, attention_mask, None, position_ids, vocab_size=config.vocab_size,
+                             type_vocab_size=None, max_positions=None,
+                             position_table_size=config.max_position_embeddings)  # the mask, the positions
+        starts = packed_sequence_starts(self, *embeds.shape[:2], attention_mask, position_ids, packed=packed)
+        hidden, all_hidden, all_attn, _ = self.encoder(embeds, attention_mask, position_ids,
+                                                       output_attentions=output_attentions,
+                                                       output_hidden_states=output_hidden_states, starts=starts)
         return BaseModelOutput(last_hidden_state=hidden, hidden_states=all_hidden, attentions=all_attn)
 
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
                 encoder_outputs=None, past_key_values=None, inputs_embeds=None, decoder_inputs_embeds=None,
-                use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None, cache=None):
-        """`past_key_values` (or `cache`): an `EncoderDecoderCache` from an earlier decoding step."""
+                use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None, cache=None,
+                position_ids=None, **packed):
+        """`past_key_values` (or `cache`): an `EncoderDecoderCache` from an earlier decoding step. Packed
+        sequences are refused (`refuse_packed_decoder`): `get_encoder()` takes them."""
         config = self.config
+        refuse_packed_decoder(self, input_ids, inputs_embeds, attention_mask, position_ids, packed)
         past_key_values = cache if cache is not None else past_key_values
         output_attentions, output_hidden_states, return_dict = self.output_flags(
             output_attentions, output_hidden_states, return_dict)
@@ -352,8 +382,10 @@ class XfmrBartDecoderModel(SharedInputEmbeddings, XfmrBartPreTrainedModel):
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
                 inputs_embeds=None, encoder_hidden_states=None, encoder_attention_mask=None, use_cache=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, cache=None):
-        """attention_mask (B, P + T) 0/1 over cached and new tokens; `past_key_values`: a transformers `Cache`."""
+                output_attentions=None, output_hidden_states=None, return_dict=None, cache=None, **packed):
+        """attention_mask (B, P + T) 0/1 over cached and new tokens, or a ready-made (B, 1, T, P + T) mask;
+        `past_key_values`: a transformers `Cache`; `packed`: the boundaries of packed sequences (`models.packing`;
+        restarting `position_ids` mark them too), which then attend causally to themselves only."""
         config = self.config
         past_key_values = cache if cache is not None else past_key_values
         batch, seq_len = check_encoder_inputs(input_ids, inputs_embeds, None, None, None, vocab_size=config.vocab_size,
@@ -371,10 +403,9 @@ class XfmrBartDecoderModel(SharedInputEmbeddings, XfmrBartPreTrainedModel):
         past_length = cached_length(self_cache)
         check_decoder_mask(attention_mask, batch, past_length, seq_len)
         check_attention_mask("encoder_attention_mask", encoder_attention_mask)
-        if attention_mask is not None and attention_mask.dim() != 2:
-            raise ValueError("XfmrBartForCausalLM takes a 2-D (batch, seq_len) 0/1 `attention_mask`.")
+        starts = packed_sequence_starts(self, batch, seq_len, attention_mask, position_ids, past_length, packed)
         embeds = self.shared(input_ids) * self.embed_scale if inputs_embeds is None else inputs_embeds  # (B, T, C)
-        if position_ids is None and attention_mask is not None:
+        if position_ids is None and attention_mask is not None and starts is None:
             if past_length + seq_len > config.max_position_embeddings:
                 raise ValueError(f"{seq_len} tokens after {past_length} cached exceed the "
                                  f"{config.max_position_embeddings} positions this model has "
@@ -383,7 +414,7 @@ class XfmrBartDecoderModel(SharedInputEmbeddings, XfmrBartPreTrainedModel):
         hidden, all_hidden, all_self, all_cross = self.decoder(
             embeds, attention_mask, position_ids, encoder_hidden_states, encoder_attention_mask,
             past_key_values=past_key_values, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
+            output_hidden_states=output_hidden_states, starts=starts,
         )
         output = BaseModelOutputWithPast(last_hidden_state=hidden, past_key_values=past_key_values if use_cache else None,
                                          hidden_states=all_hidden, attentions=all_self)

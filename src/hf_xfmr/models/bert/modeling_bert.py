@@ -17,6 +17,11 @@ Deliberate deviations from the reference (outputs are unchanged):
   hold their output for a zero vector there, and question answering masks padding (see `heads.py`).
   The padded path runs with `unpad_inputs=False`, `output_attentions=True`, under torch.compile and for
   a batch where some row starts with padding (see `layers.padding.encoder_padding`).
+- packed sequences (`models.packing`: transformers' `DataCollatorWithFlattening` output, hf_xfmr's
+  `collate_packed`, restarting `position_ids`) attend to themselves only on every attention backend; the
+  reference keeps them apart only under FlashAttention (`config.packed_position_ids=False` restores its
+  SDPA behaviour for restarting positions). A 4-D `attention_mask` is used as given (padded path), a bool one
+  meaning attend / hidden on every backend (the reference's eager kernel adds it to the scores as 0 / 1).
 
 Shapes: B batch, T sequence length, C hidden size, H heads, D head size (C / H), V vocabulary size,
 K number of choices, N number of real (unpadded) tokens or of labelled (masked) positions.
@@ -67,6 +72,7 @@ class XfmrBertEmbeddings(nn.Module):
         self.max_length = config.max_position_embeddings  # longest input with default positions
 
     default_position_ids = staticmethod(default_position_ids)  # (1, T); RoBERTa numbers from its padding
+    first_position = 0  # what a packed sequence's first token is numbered
 
     def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None):
         if inputs_embeds is None:
@@ -185,12 +191,12 @@ class XfmrBertForPreTraining(TiedDecoderHead, TaskHead, XfmrBertPreTrainedModel)
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, next_sentence_label=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None):
+                output_hidden_states=None, return_dict=None, **kwargs):
         """`labels` (B, T) as for MLM; `next_sentence_label` (B,): 0 = B follows A, 1 = B is random."""
         check_labels_shape("labels", labels, input_shape(input_ids, inputs_embeds))
         out = self.encode(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                           position_ids=position_ids, inputs_embeds=inputs_embeds, token_labels=labels,
-                          output_attentions=output_attentions, output_hidden_states=output_hidden_states)
+                          output_attentions=output_attentions, output_hidden_states=output_hidden_states, **kwargs)
         sparse = self.config.sparse_prediction and self.training
         logits, loss = masked_lm_logits_and_loss(self.lm_head, out.last_hidden_state, labels, sparse)
         nsp_logits = self.nsp_head(out.pooler_output)  # (B, 2)

@@ -80,6 +80,7 @@ class XfmrDistilBertEmbeddings(nn.Module):
         self.dropout = Dropout(config.dropout)
 
     default_position_ids = staticmethod(default_position_ids)  # (1, T)
+    first_position = 0  # what a packed sequence's first token is numbered
 
     def forward(self, input_ids=None, position_ids=None, inputs_embeds=None):
         if inputs_embeds is None:
@@ -136,7 +137,10 @@ class XfmrDistilBertModel(EncoderStack, XfmrDistilBertPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        **packed,
     ):
+        """As `XfmrBertModel.forward` without token types: a (B, T) or ready-made (B, 1, T, T) mask, and the
+        boundaries of packed sequences (`models.packing`)."""
         _, seq_len = check_encoder_inputs(
             input_ids, inputs_embeds, attention_mask, None, position_ids,
             vocab_size=self.config.vocab_size, type_vocab_size=None,
@@ -147,7 +151,7 @@ class XfmrDistilBertModel(EncoderStack, XfmrDistilBertPreTrainedModel):
 
         inputs = {"input_ids": input_ids, "position_ids": position_ids, "inputs_embeds": inputs_embeds}
         hidden_states, all_hidden_states, all_attentions = self.run_encoder(
-            self.layers, inputs, attention_mask, seq_len, output_attentions, output_hidden_states)
+            self.layers, inputs, attention_mask, seq_len, output_attentions, output_hidden_states, packed)
 
         output = BaseModelOutput(last_hidden_state=hidden_states, hidden_states=all_hidden_states,
                                  attentions=all_attentions)

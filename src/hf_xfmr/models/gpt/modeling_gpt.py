@@ -12,16 +12,18 @@ Deliberate deviations from the reference (outputs are unchanged where the refere
 - without `position_ids`, positions are counted over the real tokens of a 2-D `attention_mask`, so a
   left-padded row gets the positions it has alone (the reference numbers it from the first pad).
   Unpadded and right-padded batches get the reference's positions.
-- `position_ids` that restart at 0 inside a row mark packed documents: attention stays inside each
-  document (block-diagonal causal mask). A 4-D `attention_mask` (bool, True = attend, or additive
-  float) is used as given.
+- packed documents (`models.packing`: `position_ids` that restart inside a row, transformers' `cu_seq_lens_*` /
+  `seq_idx`, hf_xfmr's `cu_seqlens` / `doc_ids`) attend causally within their document only, unpadded (one
+  varlen sequence each) or with a block-diagonal causal mask (the reference attends across them on SDPA and
+  eager; `config.packed_position_ids=False` restores that for restarting positions). A 4-D `attention_mask`
+  (bool, True = attend, additive float, or integer 0/1) is used as given.
 - in training mode with labels the LM loss is computed chunk by chunk without the (B, T, V) logits
   (`config.chunked_lm_loss`; `logits` is then None); the sequence classifier is named `classifier`
   (transformers: `score`) so PEFT's default `modules_to_save` trains it; it reads the last token the
   attention mask marks as real (the reference: the last token that is not the pad id).
 - `use_cache` defaults to the config's value in eval mode and to False in training.
 - unpadding (`config.unpad_inputs`, on by default): a right-padded batch (every row starting with a real
-  token, a 2-D mask, no cache given by the caller, no packed documents) runs on its real tokens only:
+  token, a 2-D mask or none, no cache given by the caller) runs on its real tokens only:
   the embeddings' inputs are gathered once, every layer runs on the N real tokens with causal attention
   within each sequence, and the (B, T, C) shape is restored after the final LayerNorm. Positions are
   the reference's (counted over the real tokens). Outputs at real positions are unchanged; at padding
@@ -29,7 +31,7 @@ Deliberate deviations from the reference (outputs are unchanged where the refere
   token classifier's are its bias; question answering masks padding (see `heads.py`). A cache built for
   the call (`use_cache` in eval mode) holds the reference's keys/values at real positions and zeros at
   padding. The padded path runs with `unpad_inputs=False`, `output_attentions=True`, a cache passed in
-  (generation), left padding, packed documents, a 4-D mask and under torch.compile.
+  (generation), left padding, a 4-D mask and under torch.compile.
 
 Shapes: B batch, T new tokens, P cached tokens, C hidden size, H heads, D head size (C / H),
 V vocabulary size, N real (unpadded) tokens.
@@ -46,7 +48,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 from ...layers.attention import resolve_kernel, self_attention
 from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
-from ...layers.masks import decoder_attention_mask
+from ...layers.masks import decoder_attention_mask, document_ids_from_starts, positions_in_sequences
 from ...layers.mlp import MLP
 from ...layers.padding import encoder_padding
 from ..causal_lm import CausalLMHead
@@ -54,7 +56,6 @@ from ..generation import (
     cached_length,
     check_decoder_mask,
     decoder_position_ids,
-    packed_document_ids,
     prepare_cache,
     replayed_by_checkpointing,
 )
@@ -65,6 +66,7 @@ from ..heads import (
     TokenClassificationHead,
 )
 from ..input_checks import check_encoder_inputs
+from ..packing import packed_sequence_starts
 from ..pretrained import XfmrPreTrainedModel, collect
 from .configuration_gpt import XfmrGPTConfig
 
@@ -202,9 +204,11 @@ class XfmrGPTModel(XfmrGPTPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        **packed,
     ):
         """`attention_mask`: (B, P + T) 0/1 over cached and new tokens, or a ready (B, 1, T, P + T) mask.
-        `past_key_values`: a transformers `Cache` from an earlier call (or None)."""
+        `past_key_values`: a transformers `Cache` from an earlier call (or None). `packed`: the boundaries of
+        packed sequences (`models.packing`; restarting `position_ids` mark them too)."""
         config = self.config
         batch, seq_len = check_encoder_inputs(
             input_ids, inputs_embeds, None, token_type_ids, None, vocab_size=config.vocab_size,
@@ -219,7 +223,11 @@ class XfmrGPTModel(XfmrGPTPreTrainedModel):
         past_length = cached_length(past_key_values)
         check_decoder_mask(attention_mask, batch, past_length, seq_len)
         device = (input_ids if input_ids is not None else inputs_embeds).device
-        if position_ids is None:
+        starts = packed_sequence_starts(self, batch, seq_len, attention_mask, position_ids, past_length, packed)
+        keep = attention_mask.bool() if attention_mask is not None and attention_mask.dim() == 2 else None
+        if position_ids is None and starts is not None:  # each packed sequence numbered from its start
+            position_ids = positions_in_sequences(starts, keep)  # (B, T)
+        elif position_ids is None:
             if past_length + seq_len > config.n_positions:
                 cached = f" after {past_length} cached tokens" if past_length else ""
                 raise ValueError(
@@ -228,24 +236,24 @@ class XfmrGPTModel(XfmrGPTPreTrainedModel):
                     f"max_length={config.n_positions})) or, when generating, lower `max_new_tokens`."
                 )
             position_ids = decoder_position_ids(attention_mask, past_length, seq_len, device)  # (1 or B, T)
-            documents = None
         else:
             check_encoder_inputs(input_ids, inputs_embeds, None, None, position_ids, vocab_size=config.vocab_size,
                                  type_vocab_size=None, max_positions=None, position_table_size=config.n_positions)
-            has_4d_mask = attention_mask is not None and attention_mask.dim() == 4
-            documents = None if has_4d_mask else packed_document_ids(position_ids, past_length)  # (B, T) | None
 
         output_attentions, output_hidden_states, return_dict = self.output_flags(
             output_attentions, output_hidden_states, return_dict)
 
-        # One decision per forward (one host read, none when compiling): the real tokens only, or the padded
-        # layout with a mask, or without one (a 2-D mask of all ones is dropped so SDPA takes its causal kernel).
+        # One decision per forward (one host read, none when compiling): the real tokens only (one causal
+        # sequence per row, or per packed sequence), or the padded layout with a mask, or without one (a 2-D mask
+        # of all ones is dropped so SDPA takes its causal kernel).
         varlen = None
-        if attention_mask is not None and attention_mask.dim() == 2 and not torch.compiler.is_compiling():
-            unpad = config.unpad_inputs and not output_attentions and not cache_given and documents is None
-            varlen, padded = encoder_padding(attention_mask, unpad=unpad)
+        if (keep is not None or starts is not None) and not torch.compiler.is_compiling():
+            unpad = config.unpad_inputs and not output_attentions and not cache_given
+            varlen, padded = encoder_padding(attention_mask if keep is not None else None, unpad=unpad, starts=starts)
             if varlen is None and padded is None:
                 attention_mask = None
+        # packed sequences on the padded layout: a block-diagonal causal mask
+        documents = document_ids_from_starts(starts, keep) if starts is not None and varlen is None else None
         if varlen is not None:  # the embeddings take the real tokens as one (1, N) row, with their positions
             input_ids, position_ids, inputs_embeds, token_type_ids = varlen.unpad_inputs(
                 input_ids, position_ids, inputs_embeds, token_type_ids)

@@ -35,9 +35,11 @@ from ...layers.dropout import Dropout
 from ...layers.init import truncated_normal_init_
 from ...layers.masks import (
     block_diagonal_mask,
-    combine_masks,
+    cu_seqlens_from_starts,
     document_ids_from_cu_seqlens,
     padding_mask,
+    ready_mask,
+    restrict_mask,
     sliding_window_mask,
 )
 from ...layers.mlp import GLU, get_activation
@@ -56,6 +58,7 @@ from ..heads import (
 )
 from ..input_checks import check_encoder_inputs, check_labels_shape
 from ..losses import IGNORE_INDEX, mean_over_items
+from ..packing import packed_sequence_starts
 from ..pretrained import XfmrPreTrainedModel
 from .configuration_modernbert import XfmrModernBertConfig
 
@@ -148,10 +151,10 @@ class XfmrModernBertPreTrainedModel(XfmrPreTrainedModel):
 class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
     """The encoder: embeddings, `num_hidden_layers` pre-LN layers and a final LayerNorm.
 
-    Besides the usual inputs, `forward` takes `cu_seqlens` (D + 1,) for packed rows: the boundaries of the
-    documents among the real tokens taken row by row (the packer's collators return it, with `max_seqlen`,
-    which is accepted and recomputed). Each document then attends only to itself, and without explicit
-    `position_ids` its positions restart at 0.
+    Besides the usual inputs, `forward` takes the boundaries of packed sequences in every form the ecosystem
+    sends them (`models.packing`: `cu_seqlens`, `cu_seq_lens_q` / `_k`, `doc_ids`, `seq_idx`, or restarting
+    `position_ids`). Each sequence then attends only to itself, and without explicit `position_ids` its
+    positions restart at 0.
     """
 
     def __init__(self, config):
@@ -191,12 +194,13 @@ class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        cu_seqlens: torch.Tensor | None = None,
-        max_seqlen: int | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        **packed,
     ):
+        """`attention_mask` (B, T) 0/1, or a ready-made (B, 1, T, T) mask (bool or additive; the local layers
+        add their window to it). `packed`: the boundaries of packed sequences (`models.packing`)."""
         batch, seq_len = check_encoder_inputs(
             input_ids, inputs_embeds, attention_mask, None, position_ids,
             vocab_size=self.config.vocab_size, type_vocab_size=None,
@@ -205,16 +209,21 @@ class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
         output_attentions, output_hidden_states, return_dict = self.output_flags(
             output_attentions, output_hidden_states, return_dict)
         device = (input_ids if input_ids is not None else inputs_embeds).device
-        varlen = varlen_batch(attention_mask, batch, seq_len, cu_seqlens, device=device)
+        four_d = attention_mask is not None and attention_mask.dim() == 4
+        padding = None if four_d else attention_mask  # (B, T) 0/1 or None
+        starts = packed_sequence_starts(self, batch, seq_len, attention_mask, position_ids, packed=packed)
+        packed = starts is not None
+        cu_seqlens = cu_seqlens_from_starts(starts, None if padding is None else padding.bool()) if packed else None
+        varlen = varlen_batch(padding, batch, seq_len, cu_seqlens, device=device)
 
         if position_ids is None:
-            position_ids = self._default_positions(varlen, batch, seq_len, cu_seqlens is not None, device)
+            position_ids = self._default_positions(varlen, batch, seq_len, packed, device)
         else:
             position_ids = position_ids.expand(batch, seq_len)
 
-        if output_attentions or not self.config.unpad_inputs:
+        if output_attentions or not self.config.unpad_inputs or four_d:
             hidden, all_hidden, all_attentions = self._forward_padded(
-                input_ids, inputs_embeds, position_ids, attention_mask, varlen, cu_seqlens is not None,
+                input_ids, inputs_embeds, position_ids, attention_mask, varlen, packed,
                 output_attentions, output_hidden_states)
         else:
             hidden, all_hidden = self._forward_unpadded(
@@ -270,7 +279,9 @@ class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
         batch, seq_len = position_ids.shape
         hidden = self.embeddings(input_ids=input_ids, inputs_embeds=inputs_embeds)  # (B, T, C)
         device = hidden.device
-        if packed:  # documents by id, -1 at padding: attention stays within each document
+        if attention_mask is not None and attention_mask.dim() == 4:  # ready-made: used as given
+            global_mask, attention_mask = ready_mask(attention_mask), None
+        elif packed:  # documents by id, -1 at padding: attention stays within each document
             doc = torch.full((batch * seq_len,), -1, dtype=torch.long, device=device)
             index = varlen.indices if varlen.indices is not None else torch.arange(batch * seq_len, device=device)
             doc = doc.index_put((index,), document_ids_from_cu_seqlens(varlen.cu_seqlens, varlen.bounds[-1]))
@@ -278,7 +289,7 @@ class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
         else:
             global_mask = None if attention_mask is None else padding_mask(attention_mask)  # (B, 1, 1, T)
         window = sliding_window_mask(seq_len, self.config.local_attention, device=device)  # (T, T)
-        local_mask = combine_masks(global_mask, window)
+        local_mask = restrict_mask(global_mask, window)
         rope = self.rope(position_ids, hidden.dtype)  # (B, T, 1, D) tables
         all_hidden = [hidden] if output_hidden_states else None
         all_attentions = () if output_attentions else None

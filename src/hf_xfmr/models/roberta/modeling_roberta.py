@@ -43,6 +43,7 @@ class XfmrRobertaEmbeddings(XfmrBertEmbeddings):
         )
         # Positions start at pad_token_id + 1, so that many table entries are never used by real tokens.
         self.max_length = config.max_position_embeddings - self.padding_idx - 1
+        self.first_position = self.padding_idx + 1
 
     def default_position_ids(self, input_ids, seq_len, device):
         if input_ids is None:  # embeddings given directly: no way to tell padding, number every token

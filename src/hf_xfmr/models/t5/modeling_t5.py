@@ -41,14 +41,15 @@ from transformers.modeling_outputs import BaseModelOutput
 from ...layers.attention import resolve_kernel, self_attention
 from ...layers.dropout import Dropout
 from ...layers.fused_dropout import relu_dropout
-from ...layers.masks import causal_mask
+from ...layers.masks import causal_mask, ready_mask
 from ...layers.mlp import GLU, get_activation
 from ...layers.norms import RMSNorm
 from ...layers.padding import encoder_padding
 from ...layers.relative_t5 import relative_position_bias
 from ..generation import cached_length, prepare_cache
 from ..heads import QuestionAnsweringHead, SequenceClassificationHead, TokenClassificationHead
-from ..input_checks import check_attention_mask, check_encoder_inputs, check_tensor
+from ..input_checks import check_4d_mask, check_attention_mask, check_encoder_inputs, check_tensor
+from ..packing import packed_sequence_starts
 from ..pretrained import XfmrPreTrainedModel, collect
 from ..seq2seq import (
     DecoderInputsFromInputs,
@@ -58,6 +59,8 @@ from ..seq2seq import (
     Seq2SeqLMHead,
     SharedInputEmbeddings,
     check_encoder_batch,
+    cross_attention_mask,
+    refuse_packed_decoder,
     seq2seq_model_output,
 )
 from .configuration_t5 import XfmrT5Config
@@ -210,19 +213,27 @@ class XfmrT5Stack(nn.Module):
         self.dropout = Dropout(config.dropout_rate)
 
     def self_attention_mask(self, attention_mask, seq_len: int, past_length: int, dtype):
-        """Additive (1 or B, H, T, P + T) mask: relative bias, finfo.min where a key is hidden."""
+        """Additive (1 or B, H, T, P + T) mask: relative bias, finfo.min where a key is hidden.
+
+        `attention_mask`: (B, P + T) 0/1 (the decoder adds the causal part), or a ready-made (B, 1, T, P + T)
+        mask used as given (bool: True = attend, or an additive float mask added to the bias)."""
         total = past_length + seq_len
         bias = relative_position_bias(
             self.relative_attention_bias.weight, seq_len, total, bidirectional=not self.is_decoder,
             max_distance=self.config.relative_attention_max_distance, past_length=past_length,
         ).to(dtype)  # (1, H, T, P + T)
+        if attention_mask is not None and attention_mask.dim() == 4:
+            attention_mask = ready_mask(attention_mask)
+            if attention_mask.dtype != torch.bool:
+                return (bias + attention_mask.to(dtype)).clamp(min=torch.finfo(dtype).min)  # (B, H, T, P + T)
+            return bias.masked_fill(~attention_mask, torch.finfo(dtype).min)
         visible = None
         if self.is_decoder and seq_len > 1:
             visible = causal_mask(seq_len, total, device=bias.device)[None, None]  # (1, 1, T, P + T)
         if attention_mask is not None:
             if attention_mask.dim() != 2:
-                raise ValueError(f"T5 takes a 2-D (batch, seq_len) 0/1 attention mask, got shape "
-                                 f"{tuple(attention_mask.shape)}; the causal part is added by the model.")
+                raise ValueError(f"T5 takes a 2-D (batch, seq_len) 0/1 attention mask or a 4-D (batch, 1, "
+                                 f"seq_len, seq_len) one, got shape {tuple(attention_mask.shape)}.")
             padding = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, P + T)
             visible = padding if visible is None else visible & padding
         if visible is None:
@@ -230,8 +241,10 @@ class XfmrT5Stack(nn.Module):
         return bias.masked_fill(~visible, torch.finfo(dtype).min)
 
     def forward(self, inputs_embeds, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
-                past_key_values=None, output_attentions=False, output_hidden_states=False):
-        """inputs_embeds (B, T, C); attention_mask (B, P + T) 0/1; encoder_attention_mask (B, S) 0/1."""
+                past_key_values=None, output_attentions=False, output_hidden_states=False, starts=None):
+        """inputs_embeds (B, T, C); attention_mask (B, P + T) 0/1 or a ready-made (B, 1, T, P + T) mask;
+        encoder_attention_mask (B, S) 0/1 or the encoder's (B, 1, S, S) mask; `starts` (B, T) bool, where
+        packed sequences begin (the encoder: each then attends to itself only)."""
         batch, seq_len, _ = inputs_embeds.shape
         past_length = cached_length(past_key_values.self_attention_cache) if past_key_values is not None else 0
         if attention_mask is not None and attention_mask.dim() == 2 and \
@@ -239,14 +252,22 @@ class XfmrT5Stack(nn.Module):
             cached = f" ({past_length} cached + {seq_len} new)" if past_length else ""
             raise ValueError(f"The attention mask has shape {tuple(attention_mask.shape)} but must be "
                              f"({batch}, {past_length + seq_len}){cached}: one entry per token.")
+        if attention_mask is not None and attention_mask.dim() == 4:
+            check_4d_mask(attention_mask, batch, seq_len, past_length + seq_len)
         # One decision per forward (one host read, none when compiling): the encoder runs a right-padded batch on
         # its real tokens only; otherwise the padded layout with a mask, or without one when nothing is hidden.
         varlen = None
-        if attention_mask is not None and attention_mask.dim() == 2 and not torch.compiler.is_compiling():
+        two_d = attention_mask is not None and attention_mask.dim() == 2
+        if (two_d or starts is not None) and not torch.compiler.is_compiling():
             unpad = not self.is_decoder and self.config.unpad_inputs and not output_attentions
-            varlen, padded = encoder_padding(attention_mask, unpad=unpad, prefix_only=True)  # relative positions
+            varlen, padded = encoder_padding(attention_mask, unpad=unpad, prefix_only=True,  # relative positions
+                                             starts=starts)
             if varlen is None and padded is None:
                 attention_mask = None  # nothing to hide: the bias stays (1, H, T, P + T), shared by the batch
+            elif padded is not None and starts is not None:
+                attention_mask = padded  # packed sequences: the block-diagonal (B, 1, T, T) mask
+        elif starts is not None:  # compiled: the padded layout with a block-diagonal mask
+            attention_mask = encoder_padding(attention_mask, unpad=False, starts=starts)[1]
         if varlen is not None:  # the bias of the longest sequence, (1, H, L, L); each sequence takes its corner
             mask = self.self_attention_mask(None, varlen.max_seqlen, 0, inputs_embeds.dtype)
             if varlen.dense_mask is not None:  # one masked call per layer: the keys past each end hidden once here
@@ -254,10 +275,7 @@ class XfmrT5Stack(nn.Module):
             inputs_embeds = varlen.unpad(inputs_embeds)  # (N, C)
         else:
             mask = self.self_attention_mask(attention_mask, seq_len, past_length, inputs_embeds.dtype)
-        cross_mask = None
-        if encoder_hidden_states is not None and encoder_attention_mask is not None:
-            if torch.compiler.is_compiling() or not bool(encoder_attention_mask.all()):
-                cross_mask = encoder_attention_mask.bool()[:, None, None, :]  # (B, 1, 1, S)
+        cross_mask = cross_attention_mask(encoder_hidden_states, encoder_attention_mask)
 
         hidden_states = self.dropout(inputs_embeds)
         all_hidden = (hidden_states,) if output_hidden_states else None
@@ -329,18 +347,24 @@ class XfmrT5EncoderModel(SharedInputEmbeddings, XfmrT5PreTrainedModel):
         return EncoderEntry(self.run_encoder)
 
     def run_encoder(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
-                    output_hidden_states=None):
+                    output_hidden_states=None, position_ids=None, **packed):
+        """The encoder over `input_ids` (B, S) with a (B, S) 0/1 or ready-made (B, 1, S, S) mask. Packed
+        sequences (`models.packing`) attend to themselves only; `position_ids` only mark where they restart
+        (T5's positions are relative)."""
         config = self.config
         output_attentions, output_hidden_states, _ = self.output_flags(output_attentions, output_hidden_states, None)
         embeds = _embed(self.shared, input_ids, inputs_embeds, config.vocab_size, "input_ids")  # (B, S, C)
-        _check_mask("attention_mask", attention_mask, embeds)
+        check_encoder_inputs(None, embeds, attention_mask, None, position_ids, vocab_size=config.vocab_size,
+                             type_vocab_size=None, max_positions=None)  # the mask (2-D or 4-D), the position markers
+        starts = packed_sequence_starts(self, *embeds.shape[:2], attention_mask, position_ids, packed=packed)
         hidden, all_hidden, all_attn, _ = self.encoder(embeds, attention_mask, output_attentions=output_attentions,
-                                                       output_hidden_states=output_hidden_states)
+                                                       output_hidden_states=output_hidden_states, starts=starts)
         return BaseModelOutput(last_hidden_state=hidden, hidden_states=all_hidden, attentions=all_attn)
 
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None):
-        out = self.run_encoder(input_ids, attention_mask, inputs_embeds, output_attentions, output_hidden_states)
+                output_hidden_states=None, return_dict=None, position_ids=None, **packed):
+        out = self.run_encoder(input_ids, attention_mask, inputs_embeds, output_attentions, output_hidden_states,
+                               position_ids, **packed)
         return_dict = self.config.return_dict if return_dict is None else return_dict
         return out if return_dict else out.to_tuple()
 
@@ -357,10 +381,13 @@ class XfmrT5Model(XfmrT5EncoderModel):
 
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
                 encoder_outputs=None, past_key_values=None, inputs_embeds=None, decoder_inputs_embeds=None,
-                use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None, cache=None):
+                use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None, cache=None,
+                position_ids=None, **packed):
         """Decoder inputs are required here (the task heads derive them from labels or input_ids).
-        `past_key_values` (or `cache`): an `EncoderDecoderCache` from an earlier decoding step."""
+        `past_key_values` (or `cache`): an `EncoderDecoderCache` from an earlier decoding step. Packed
+        sequences are refused (`refuse_packed_decoder`): the encoder model takes them."""
         config = self.config
+        refuse_packed_decoder(self, input_ids, inputs_embeds, attention_mask, position_ids, packed)
         past_key_values = cache if cache is not None else past_key_values
         output_attentions, output_hidden_states, return_dict = self.output_flags(
             output_attentions, output_hidden_states, return_dict)

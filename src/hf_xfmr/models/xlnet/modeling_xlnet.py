@@ -37,6 +37,9 @@ Deliberate deviations from the reference (outputs, losses and gradients are the 
   `r_proj`, `up_proj`, `down_proj`); the converter reshapes the reference's (C, H, D) parameters.
 - In training mode with labels the LM loss is computed chunk by chunk without the (B, P, V) logits
   (`config.chunked_lm_loss`; `logits` is then None).
+- Packed sequences (several in one row: `models.packing`) attend to themselves only; the reference takes no
+  such keywords and lets them attend to each other. `position_ids` are accepted only to mark them (restarts);
+  the positions themselves stay relative. A 4-D `attention_mask` is refused, as the reference cannot take one.
 
 Shapes: B batch, L segment length, M memory length, K = M + L keys, P target rows, C d_model,
 H heads, D head size, J relative-table rows, V vocabulary.
@@ -54,6 +57,7 @@ from transformers.utils import ModelOutput
 from ...layers.attention import resolve_kernel, sdpa_unchecked_forward
 from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
+from ...layers.masks import document_ids_from_starts
 from ...layers.mlp import get_activation
 from ...layers.relative_xl import (
     additive_mask,
@@ -73,6 +77,7 @@ from ..heads import (
     TaskHead,
 )
 from ..input_checks import check_encoder_inputs, check_value_range
+from ..packing import packed_sequence_starts
 from ..pretrained import XfmrPreTrainedModel
 from .configuration_xlnet import XfmrXLNetConfig
 
@@ -365,13 +370,16 @@ class XfmrXLNetModel(XfmrXLNetPreTrainedModel):
 
     def _hidden_masks(self, batch, qlen, mlen, device, pad, perm_mask, perm_ranks, g_positions):
         """Bool masks, True = may not attend: content (B, L, K) with each own position visible, and query
-        (B, P, K) for the target rows (or (B, L, K) on the general path); None where nothing is masked."""
+        (B, P, K) for the target rows (or (B, L, K) on the general path); None where nothing is masked.
+        `pad`: (B, L) True at padding keys, or (B, L, L) True where query i may not see key j (packed sequences)."""
         config = self.config
         klen = mlen + qlen
         arange = torch.arange(qlen, device=device)
 
         def rows(query_pos):  # query_pos None (= all L rows) or (B, R)
-            cur = None if pad is None else pad[:, None, :]  # (B, 1, L)
+            cur = None if pad is None else pad[:, None, :] if pad.dim() == 2 else pad  # (B, 1, L) or (B, L, L)
+            if cur is not None and cur.shape[1] > 1 and query_pos is not None:
+                cur = cur.gather(1, query_pos[:, :, None].expand(-1, -1, qlen))  # (B, R, L)
             if perm_mask is not None:
                 p = perm_mask > 0 if perm_mask.dtype != torch.bool else perm_mask
                 if query_pos is not None:
@@ -433,20 +441,33 @@ class XfmrXLNetModel(XfmrXLNetPreTrainedModel):
         return_dict: bool | None = None,
         perm_ranks: torch.Tensor | None = None,
         target_positions: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        **packed,
     ):
-        """Inputs as `XLNetModel`, plus the compact forms of the permutation inputs:
+        """Inputs as `XLNetModel`, plus the compact forms of the permutation inputs and packed sequences:
 
         perm_mask (B, L, L): 1/True = i may not attend to j.  perm_ranks (B, L): -1 for positions all may
         see, k >= 0 for the k-th target of the factorization order (see layers.relative_xl.permutation_hidden);
         with config.reuse_len, positions before reuse_len never see later ones.
         target_mapping (B, P, L): one-hot rows at the predicted positions. target_positions (B, P): those
         positions directly, -1 for an unused slot. mems: per layer (M, B, C), as returned last time.
+        packed: the boundaries of packed sequences (`models.packing`), which then attend to themselves only;
+        `position_ids` (B, T) only mark where they restart (XLNet's positions are relative).
         """
         config = self.config
-        batch, qlen = check_encoder_inputs(input_ids, inputs_embeds, attention_mask, token_type_ids, None,
+        if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 4:
+            raise ValueError("XLNet takes a (batch, seq_len) `attention_mask` (1 = real token), not a 4-D one: its "
+                             "attention is shaped by `perm_mask`. To keep packed sequences apart, pass their "
+                             "boundaries (`cu_seq_lens_q` / `cu_seqlens`, or restarting `position_ids`).")
+        batch, qlen = check_encoder_inputs(input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
                                            vocab_size=config.vocab_size, type_vocab_size=None, max_positions=None)
         self._check_inputs(batch, qlen, mems, perm_mask, target_mapping, perm_ranks, target_positions,
                            attention_mask, input_mask)
+        real = attention_mask if attention_mask is not None else None if input_mask is None else input_mask == 0
+        starts = packed_sequence_starts(self, batch, qlen, real, position_ids, packed=packed)
+        if starts is not None and mems is not None:
+            raise ValueError("Packed sequences cannot read `mems`: the memory continues one text per row. Pass "
+                             "one of them.")
         use_mems = self._use_mems(use_mems, qlen)
         output_attentions, output_hidden_states, return_dict = self.output_flags(
             output_attentions, output_hidden_states, return_dict)
@@ -459,6 +480,10 @@ class XfmrXLNetModel(XfmrXLNetPreTrainedModel):
         pad = None if input_mask is None else input_mask > 0  # (B, L) True at padding
         if attention_mask is not None:
             pad = attention_mask == 0
+        if starts is not None:  # True where a token may not see another sequence's
+            documents = document_ids_from_starts(starts, None if real is None else real.bool())  # (B, L)
+            pad = documents[:, :, None] != documents[:, None, :] if pad is None else \
+                (documents[:, :, None] != documents[:, None, :]) | pad[:, None, :]  # (B, L, L)
         hidden_h, hidden_g = self._hidden_masks(batch, qlen, mlen, device, pad, perm_mask, perm_ranks, rows.positions)
         mask_h, mask_g = additive_mask(hidden_h, dtype), additive_mask(hidden_g, dtype)  # (B, L, K), (B, P, K)
         key_types = self._key_types(token_type_ids, batch, mlen, dtype)  # (B, 1, K, S) or None
@@ -608,7 +633,7 @@ class XfmrXLNetLMHeadModel(XfmrXLNetPreTrainedModel, GenerationMixin):
                          target_mapping=target_mapping, token_type_ids=token_type_ids, input_mask=input_mask,
                          inputs_embeds=inputs_embeds, use_mems=use_mems, output_attentions=output_attentions,
                          output_hidden_states=output_hidden_states, return_dict=True, perm_ranks=perm_ranks,
-                         target_positions=target_positions)
+                         target_positions=target_positions, **kwargs)
         hidden = out.last_hidden_state  # (B, P, C)
         if labels is not None and tuple(labels.shape) != tuple(hidden.shape[:2]):
             raise ValueError(f"`labels` has shape {tuple(labels.shape)} but the model predicts "
