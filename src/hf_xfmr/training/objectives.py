@@ -13,6 +13,7 @@ An `Objective` says everything the pretraining loop needs to train an architectu
 | `layout`         | "shuffled" examples, or "contiguous" per-row streams (Transformer-XL/XLNet) |
 | `decoder_length` | encoder-decoders: the longest target a batch can have (length check)        |
 | `unused_parameters` | some parameters get no gradient in a step: DDP looks for them (XLNet `plm`) |
+| `packable`       | `--packing` packs its examples into full rows (each kept apart: `cu_seqlens`) |
 | state hooks      | `initial_state` / `step_inputs` / `update_state`, for objectives that carry |
 |                  | state from one step to the next (XLNet's memory)                           |
 
@@ -61,6 +62,7 @@ from ..data import (
     DataCollatorForMLM,
     create_nsp_examples,
     create_sop_examples,
+    pack_documents,
     pack_stream,
     tokenize_documents,
 )
@@ -79,6 +81,8 @@ class ObjectiveSettings:
     short_seq_prob: share of shorter sentence-pair examples (NSP / SOP).
     seed: seeds the example builders (pair sampling).
     arch: the architecture name, for `arch_settings`.
+    packing: pack several examples into each row of `max_seq_length` (best fit), each kept apart from the
+        others by the model (objectives with `packable`).
     """
 
     max_seq_length: int = 128
@@ -87,6 +91,7 @@ class ObjectiveSettings:
     short_seq_prob: float = 0.1
     seed: int = 0
     arch: str = ""
+    packing: bool = False
 
 
 def _no_state(rows: int) -> dict[str, torch.Tensor]:
@@ -133,6 +138,9 @@ class Objective:
     # Some parameters take no part in a step (XLNet's segment parameters when rows carry no token types):
     # DDP must then look for unused parameters after each backward, or it fails at the next step.
     unused_parameters: bool = False
+    # `--packing`: `build_examples` packs its examples into full rows (`ObjectiveSettings.packing`) and the
+    # collator passes their boundaries on, so that every example attends to itself only.
+    packable: bool = False
 
     def __post_init__(self):
         if self.layout not in LAYOUTS:
@@ -219,12 +227,30 @@ def chunk_documents(tokenizer, texts: Sequence[str], settings: ObjectiveSettings
     return examples
 
 
+def pack_examples(examples: list[dict], max_seq_length: int) -> list[dict]:
+    """Examples packed whole into rows of at most `max_seq_length` tokens (best fit, `data.pack_documents`):
+    each row holds its examples' token-level fields concatenated (`input_ids`, `special_tokens_mask`,
+    `word_ids`) and `seq_lens`, their lengths, from which the collator returns the boundaries the model
+    keeps apart. No `position_ids`: the model numbers every example from its own first position."""
+    if not examples:
+        return []
+    fields = [name for name in ("input_ids", "special_tokens_mask", "word_ids") if name in examples[0]]
+    rows = []
+    for row in pack_documents([ex["input_ids"] for ex in examples], max_seq_length):
+        members = [examples[i] for i in row["doc_index"]]
+        packed = {name: [value for ex in members for value in ex[name]] for name in fields}
+        rows.append({**packed, "seq_lens": row["seq_lens"]})
+    return rows
+
+
 def _mlm_examples(tokenizer, texts, settings):
-    return chunk_documents(tokenizer, texts, settings)
+    examples = chunk_documents(tokenizer, texts, settings)
+    return pack_examples(examples, settings.max_seq_length) if settings.packing else examples
 
 
 def _wwm_examples(tokenizer, texts, settings):
-    return chunk_documents(tokenizer, texts, settings, word_ids=True)
+    examples = chunk_documents(tokenizer, texts, settings, word_ids=True)
+    return pack_examples(examples, settings.max_seq_length) if settings.packing else examples
 
 
 def _pair_examples(builder):
@@ -277,7 +303,7 @@ def _mlm_collator(whole_word_mask: bool):
     def make(tokenizer, settings):
         return SeededCollator(DataCollatorForMLM(
             tokenizer, mlm_probability=settings.mlm_probability or 0.15, whole_word_mask=whole_word_mask,
-            max_ngram=settings.max_ngram or 1,
+            max_ngram=settings.max_ngram or 1, return_cu_seqlens=settings.packing,
         ))
     return make
 
@@ -344,12 +370,12 @@ _SPARSE = {"sparse_prediction": True}  # heads that can project only the masked 
 register_objective(Objective(
     name="mlm", description="masked language modelling (15%, 80/10/10)", task="masked-lm",
     build_examples=_mlm_examples, make_collator=_mlm_collator(False),
-    required_tokens=("mask_token", "pad_token"), config_defaults=_SPARSE, arch_settings=_MLM_ARCH_SETTINGS,
+    required_tokens=("mask_token", "pad_token"), config_defaults=_SPARSE, arch_settings=_MLM_ARCH_SETTINGS, packable=True,
 ))
 register_objective(Objective(
     name="wwm", description="whole-word masked language modelling", task="masked-lm",
     build_examples=_wwm_examples, make_collator=_mlm_collator(True),
-    required_tokens=("mask_token", "pad_token"), config_defaults=_SPARSE, arch_settings=_MLM_ARCH_SETTINGS,
+    required_tokens=("mask_token", "pad_token"), config_defaults=_SPARSE, arch_settings=_MLM_ARCH_SETTINGS, packable=True,
 ))
 register_objective(Objective(
     name="mlm+nsp", description="MLM + next-sentence prediction (BERT)", task="pretraining",
