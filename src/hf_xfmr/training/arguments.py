@@ -122,6 +122,9 @@ class PretrainArguments(RunArguments):
         "hf_xfmr or transformers format (converted on load); its tokenizer unless --tokenizer is given", None)
     revision: str | None = option(
         "branch, tag or commit of a Hub repo --model_path (token: HF_TOKEN or `hf auth login`)", None)
+    base_model: str | None = option(
+        "Hub id of the model --model_path continues, for the model card of --push_to_hub (base_model); default: "
+        "the repo id --model_path names, none for a local folder", None, metavar="ID")
     attn_implementation: str | None = option("attention backend: eager or sdpa", None)
     gradient_checkpointing: bool = option("recompute activations in the backward pass", False)
 
@@ -144,6 +147,9 @@ class PretrainArguments(RunArguments):
     vocab_size: int = option("vocabulary size of a tokenizer trained on the fly", 8000)
     mlm_probability: float | None = option("masking rate; default: the architecture's (15%, 30% for ModernBERT)", None)
     short_seq_prob: float = option("share of shorter sentence pairs (NSP/SOP)", 0.1)
+    packing: bool = option(
+        "pack several windows into each row of --max_seq_length (best fit), each attending only to itself: "
+        "rows with little padding (mlm, wwm)", False)
     dataloader_num_workers: int = option("worker processes preparing batches", 0)
 
     # --- optimisation --------------------------------------------------------------------------
@@ -257,6 +263,10 @@ class FinetuneArguments(RunArguments):
         "safetensors); its tokenizer by default", default=None)
     revision: str | None = option("branch, tag or commit of a Hub repo --model_name_or_path (token: HF_TOKEN or "
                                  "`hf auth login`)", default=None)
+    base_model: str | None = option(
+        "Hub id of the model this run starts from, for metrics.json and the model card (base_model); default: "
+        "the repo id --model_name_or_path names, none for a local folder (a `_name_or_path` in its config.json "
+        "is not used)", default=None, metavar="ID")
     arch: str | None = option("architecture for a from-scratch model (instead of --model_name_or_path), e.g. bert",
                              default=None)
     preset: str = option("size preset of --arch (tiny, base, large)", default="tiny")

@@ -63,6 +63,7 @@ from .logs import LOG_FILE, RunLog
 from .objectives import (
     Objective,
     ObjectiveSettings,
+    available_objectives,
     check_tokenizer,
     get_objective,
     target_histogram,
@@ -301,6 +302,12 @@ def resolve_objective(args: PretrainArguments):
         raise ValueError(f"The architecture {arch.name!r} does not pretrain with {name!r}; its objectives are: "
                          f"{', '.join(arch.objectives)} (--objective).")
     objective = get_objective(name)
+    if args.packing and not objective.packable:
+        recipes = available_objectives()
+        packable = [o for o in arch.objectives if o in recipes and recipes[o].packable]
+        hint = f"; {arch.name} packs with {', '.join(packable)}" if packable else ""
+        raise ValueError(f"--packing: the {name!r} objective builds its own rows and does not pack them{hint}. "
+                         f"Drop --packing or choose another --objective.")
     try:
         model_class = arch.model_class(objective.task)
     except ValueError as err:
@@ -578,6 +585,10 @@ class Pretrainer:
             from hf_xfmr.hub import check_repo_id
 
             check_repo_id(args.push_to_hub, error=ValueError)
+        if args.base_model is not None:
+            from hf_xfmr.hub.repo_id import check_model_id
+
+            check_model_id(args.base_model, "--base_model")
         self.accelerator = accelerator = make_accelerator(
             args, find_unused_parameters=self.objective.unused_parameters)
         self.world, self.rank, self.is_main = accelerator.num_processes, accelerator.process_index, \
@@ -627,7 +638,7 @@ class Pretrainer:
         self.tokenizer = tokenizer
         self.settings = settings = objective.resolve(ObjectiveSettings(
             max_seq_length=args.max_seq_length, mlm_probability=args.mlm_probability,
-            short_seq_prob=args.short_seq_prob, seed=args.seed, arch=self.arch.name))
+            short_seq_prob=args.short_seq_prob, seed=args.seed, arch=self.arch.name, packing=args.packing))
         self.collator = objective.make_collator(tokenizer, settings)
         with self.accelerator.main_process_first():
             self.train_examples = None if args.streaming else build_examples(
