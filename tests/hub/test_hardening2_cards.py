@@ -76,7 +76,7 @@ def test_hub_model_id_names_only_real_ids(tmp_path):
     local.mkdir()
     assert hub_model_id(local) is None  # no config.json
     (local / "config.json").write_text(json.dumps({"model_type": "bert", "_name_or_path": "google/bert-tiny"}))
-    assert hub_model_id(local) == "google/bert-tiny"  # recorded by transformers 4
+    assert hub_model_id(local) is None  # recorded by transformers 4: the model it was trained from (Hardening 3)
     (local / "config.json").write_text(json.dumps({"model_type": "bert", "_name_or_path": str(tmp_path)}))
     assert hub_model_id(local) is None  # a path is no id
 

@@ -23,6 +23,8 @@ def run(options: FinetuneArguments, args: argparse.Namespace) -> int:
     shown = {**metrics.get("eval", {}), **metrics.get("test", {}), **metrics.get("baseline", {})}
     keys = [k for k in shown if not k.endswith(("_runtime", "_per_second", "epoch"))]
     print("\n".join(f"{k}: {shown[k]:.4f}" for k in keys))
+    for subset in metrics.get("subsets", {}).values():  # --max_*_samples: the figures above are those of subsets
+        print(f"subset: {subset['description']}")
     print(f"best checkpoint: {result.best_checkpoint}")
     for label, path in (("model", result.model_dir), ("adapter", result.adapter_dir),
                         ("merged model", result.merged_dir), ("metrics", result.metrics_file),

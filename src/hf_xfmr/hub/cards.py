@@ -73,11 +73,13 @@ def template_for(task: str, can_generate: bool = False) -> tuple[str, str | None
 
 def hub_model_id(name_or_path) -> str | None:
     """The Hub model id that `name_or_path` (what a model was loaded from) stands for, for a card's
-    `base_model`; None when there is no real id to name (a local folder of unknown origin).
+    `base_model`; None when there is no real id to name (a local folder).
 
-    A string that is not a local path is taken as the id itself; a folder in the Hugging Face cache
-    (`models--owner--name/snapshots/<revision>`) gives `owner/name`; any other folder gives the id its
-    config.json records in `_name_or_path` (as transformers 4 saved it), if that is an id and not a path.
+    A string that is not a local path is taken as the id itself, and a folder in the Hugging Face cache
+    (`models--owner--name/snapshots/<revision>`, where a Hub id was downloaded to) gives `owner/name`. Any
+    other folder gives None, whatever its config.json records: a `_name_or_path` there (transformers 4 saved
+    one) names the model that checkpoint was itself trained from, not the checkpoint (pass the id explicitly,
+    e.g. `--base_model`, when the folder is a copy of a Hub model).
     """
     if name_or_path is None:
         return None
@@ -90,12 +92,6 @@ def hub_model_id(name_or_path) -> str | None:
         if part.startswith("models--") and parts[i + 1] == "snapshots":
             candidate = part.removeprefix("models--").replace("--", "/")
             return candidate if is_model_id(candidate) else None
-    try:
-        recorded = json.loads((path / "config.json").read_text()).get("_name_or_path")
-    except (OSError, ValueError, AttributeError):
-        return None
-    if isinstance(recorded, str) and recorded and not Path(recorded).expanduser().exists() and is_model_id(recorded):
-        return recorded
     return None
 
 
@@ -308,7 +304,7 @@ def pretrain_card_fields(settings: Mapping[str, Any], metrics: Mapping[str, floa
     """The card fields of a pretraining run, from its settings (PretrainArguments as a dict) and its final
     evaluation `metrics` (`eval_*`; infinite ones are left out): a description, the training settings,
     the metrics (in the model-index when evaluated on a Hub dataset), the Hub dataset it was trained on and
-    the base model when the run continued from a Hub checkpoint (`model_path`)."""
+    the base model (`base_model_of`: --base_model, or the Hub checkpoint --model_path continued from)."""
     training = {"objective": objective, "steps": settings.get("max_steps"),
                 "learning_rate": settings.get("learning_rate"),
                 "per_device_train_batch_size": settings.get("per_device_train_batch_size"),
@@ -327,19 +323,28 @@ def pretrain_card_fields(settings: Mapping[str, Any], metrics: Mapping[str, floa
     fields = dict(description=description, training=training)
     fields.update(evaluation_fields(results, hub_dataset=hub_dataset, split=split,
                                     source=f"held-out text of {evaluated_on or source}"))
-    if settings.get("model_path"):  # continued from a checkpoint: the card names it when it is a Hub model
-        fields["base_model"] = hub_model_id(settings["model_path"])
+    base_model = base_model_of(settings, "model_path")  # --base_model, or the Hub model it continued from
+    if base_model:
+        fields["base_model"] = base_model
     if dataset and not is_local_source(dataset):
         fields["datasets"] = [dataset]
     return fields
+
+
+def base_model_of(settings: Mapping[str, Any], source_option: str) -> str | None:
+    """The `base_model` of a run's card: only what the user gave, never a guess. `--base_model` when set, else
+    the Hub id of the checkpoint the run started from (`settings[source_option]`, a repo id or its folder in
+    the Hugging Face cache: `hub_model_id`); None for a local folder or a from-scratch model."""
+    return settings.get("base_model") or hub_model_id(settings.get(source_option))
 
 
 def finetune_provenance(settings: Mapping[str, Any], *, given_dataset: bool,
                         builtin_datasets: Sequence[str] = ()) -> dict:
     """Where a finetuned model and its data came from, as its card names them, resolved while the run's
     relative paths still mean what they meant (a run saves it in metrics.json): the base model's Hub id
-    (None for a local folder of unknown origin or a from-scratch model), the Hub dataset (None for local
-    data) and a description of the data. `settings` holds FinetuneArguments' fields."""
+    (`base_model_of`: --base_model, or the Hub id the run loaded; None for a local folder or a from-scratch
+    model), the Hub dataset (None for local data) and a description of the data. `settings` holds
+    FinetuneArguments' fields."""
     dataset, hub_dataset = settings.get("dataset"), None
     if given_dataset:
         data = "a custom dataset"
@@ -349,7 +354,7 @@ def finetune_provenance(settings: Mapping[str, Any], *, given_dataset: bool,
         data = hub_dataset = dataset
     else:
         data = f"local data (`{Path(dataset or settings.get('train_file')).name}`)"
-    return {"base_model": hub_model_id(settings.get("model_name_or_path")), "lora": settings.get("lora"),
+    return {"base_model": base_model_of(settings, "model_name_or_path"), "lora": settings.get("lora"),
             "dataset": hub_dataset, "dataset_config": settings.get("dataset_config") if hub_dataset else None,
             "data": data}
 
@@ -379,6 +384,8 @@ def _finetune_training(settings: Mapping[str, Any], metrics: Mapping[str, Any]) 
                 "max_seq_length": settings.get("max_seq_length"), "best_checkpoint": metrics.get("best_checkpoint")}
     if lora:
         training.update(lora_r=settings.get("lora_r"), lora_alpha=settings.get("lora_alpha"))
+    for name, subset in (metrics.get("subsets") or {}).items():  # --max_*_samples
+        training[f"{name} examples"] = f"{subset['examples']:,} of {subset['of']:,} ({subset['how']})"
     return {k: v for k, v in training.items() if v is not None}
 
 
@@ -397,12 +404,22 @@ def finetune_card_fields(settings: Mapping[str, Any], metrics: Mapping[str, Any]
     data = origin.get("data") or "its training data"
     description = (f"Finetuned {how} {start} with `hf-xfmr finetune` for {settings.get('task')} on {data}"
                    + (f" ({split} split: {_shown(results)})." if results else "."))
+    subsets = metrics.get("subsets") or {}
+    if subsets:
+        description += (" Trained and evaluated on subsets of the data, so the figures are those of the subsets: "
+                        + "; ".join(subset["description"] for subset in subsets.values()) + ".")
+    if "majority_accuracy" in results:
+        description += (f" `majority_accuracy` is the {split} accuracy of always answering the most frequent label "
+                        "of the training data.")
     fields = dict(description=description, base_model=base, tags=["lora"] if lora else [],
                   training=_finetune_training(settings, metrics))
     if origin.get("dataset"):
         fields["datasets"] = [origin["dataset"]]
-    fields.update(evaluation_fields(results, hub_dataset=origin.get("dataset"), split=split,
-                                    dataset_config=origin.get("dataset_config"), source=f"the {split} split of {data}"))
+    evaluated = subsets.get(split)
+    cut = f" ({evaluated['examples']:,} of {evaluated['of']:,} examples, {evaluated['how']})" if evaluated else ""
+    fields.update(evaluation_fields(results, hub_dataset=origin.get("dataset"), split=split + cut,
+                                    dataset_config=origin.get("dataset_config"),
+                                    source=f"the {split} split of {data}{cut}"))
     return fields
 
 
@@ -453,6 +470,6 @@ def name_base_model_in_adapter_card(adapter_dir, base_model: str | None) -> None
 
 
 __all__ = ["BUILTIN_DATA_DESCRIPTION", "CardInfo", "FINETUNE_RUN_FILES", "LOSS_CURVE_FILE", "REPO_ID_PLACEHOLDER",
-           "TASK_FAMILIES", "evaluation_fields", "finetune_card_fields", "finetune_provenance", "finetune_run_card",
-           "finetune_run_folder", "hub_model_id", "is_local_source", "name_base_model_in_adapter_card",
-           "pretrain_card_fields", "render_card", "template_for", "templates_dir"]
+           "TASK_FAMILIES", "base_model_of", "evaluation_fields", "finetune_card_fields", "finetune_provenance",
+           "finetune_run_card", "finetune_run_folder", "hub_model_id", "is_local_source",
+           "name_base_model_in_adapter_card", "pretrain_card_fields", "render_card", "template_for", "templates_dir"]

@@ -35,4 +35,13 @@ def is_model_id(text: str) -> bool:
     return _hub_validation_error(text) is None
 
 
-__all__ = ["check_repo_id", "is_model_id"]
+def check_model_id(text, option: str, error: type[Exception] = ValueError) -> str:
+    """Return `text` if it reads as a Hub model id (`is_model_id`), else raise `error` naming `option` (the
+    `--base_model` of the training commands: a card's base_model must be a real id, not a path)."""
+    if not isinstance(text, str) or not is_model_id(text):
+        raise error(f"{option} {text!r} is not a Hub model id: use 'name' or 'owner/name' (e.g. "
+                    f"'google-bert/bert-base-uncased'), not a path.")
+    return text
+
+
+__all__ = ["check_model_id", "check_repo_id", "is_model_id"]

@@ -8,11 +8,15 @@ direction, and the public `from_transformers` / `to_transformers` entry points; 
 It also installs the loader behind every hf_xfmr model's `from_pretrained` (`load_hook.ConvertsOnLoad`):
 given a transformers checkpoint of the model's family, a folder or a Hub repo id, `from_pretrained`
 converts it on load (`XfmrBertForSequenceClassification.from_pretrained("google-bert/bert-base-uncased",
-num_labels=2)`); given another family's, it raises instead of returning random weights.
+num_labels=2)`); given another family's, it raises instead of returning random weights. Loading a folder
+holds back transformers' own load report (`held_load_report`) and says what matters in it once, in a
+`ConversionWarning` (new weights; weights the model has no place for).
 """
 
+import contextlib
 import dataclasses
 import json
+import logging
 import os
 import re
 import warnings
@@ -24,7 +28,7 @@ import torch
 import transformers
 from transformers import PretrainedConfig, PreTrainedModel
 
-from .config_utils import special_ids_outside_vocab_allowed
+from .config_utils import config_keyword_known, special_ids_outside_vocab_allowed, unknown_keywords_message
 from .hub_loading import check_not_pickles_only, read_config, resolve_checkpoint
 from .load_hook import LOADERS
 from .weights import check_weight_files
@@ -355,12 +359,50 @@ class ConversionWarning(UserWarning):
     """A conversion that works but whose result the user should know about (e.g. freshly initialised weights)."""
 
 
+@contextlib.contextmanager
+def held_load_report():
+    """Hold back the load report transformers' `from_pretrained` logs (a "LOAD REPORT" warning of
+    `transformers.modeling_utils`: its MISSING, UNEXPECTED and MISMATCH keys), for a caller that reports
+    those keys itself, once and in its own words. Its other messages pass. When the block raises, the held
+    report is logged after all (transformers' errors point at it). A filter, not a higher level: at
+    WARNING and above `from_pretrained` logs a tensor-parallel plan check of its own."""
+    report = logging.getLogger("transformers.modeling_utils")
+    held = []
+
+    def keep(record) -> bool:
+        if "LOAD REPORT" in record.getMessage():
+            held.append(record)
+            return False
+        return True
+
+    report.addFilter(keep)
+    try:
+        yield held
+    except BaseException:
+        report.removeFilter(keep)
+        for record in held:
+            report.handle(record)
+        raise
+    finally:
+        report.removeFilter(keep)
+
+
+def _shown_keys(keys) -> str:
+    keys = sorted(keys)
+    return ", ".join(keys[:6]) + (f" (and {len(keys) - 6} more)" if len(keys) > 6 else "")
+
+
 def _check_loading_info(path: Path, model: PreTrainedModel, task: str, info: dict, *, label: str | None = None,
-                        mismatched_ok: bool = False) -> None:
-    """Raise for weights whose sizes contradict config.json (unless `mismatched_ok`: the caller asked for
-    `ignore_mismatched_sizes`); warn, naming them, about parameters the checkpoint lacks (new heads)."""
+                        mismatched_ok: bool = False, head_resized: bool = False, own_task: str | None = None) -> None:
+    """What transformers' load report says, said once in our words (`_load_folder` holds the report back).
+    Raise for weights whose sizes contradict config.json (unless `mismatched_ok`: the caller asked for
+    `ignore_mismatched_sizes`; or `head_resized` and only task-head weights differ: keywords such as
+    `num_labels` asked for another head size); warn, naming them, about parameters the checkpoint lacks (new
+    heads) and about checkpoint weights the model has no parameter for, when it was built for the checkpoint's
+    own task (`own_task`, the task of the class its config.json names; None when unknown)."""
     mismatched = sorted(info.get("mismatched_keys") or ())
-    if mismatched and not mismatched_ok:
+    in_body = [entry for entry in mismatched if entry[0].startswith(f"{model.base_model_prefix}.")]
+    if mismatched and not mismatched_ok and (in_body or not head_resized or task == "base"):
         shown = "; ".join(f"{key}: {tuple(saved)} in the weights, {tuple(expected)} from config.json"
                           for key, saved, expected in mismatched[:3])
         more = f" (and {len(mismatched) - 3} more)" if len(mismatched) > 3 else ""
@@ -371,22 +413,34 @@ def _check_loading_info(path: Path, model: PreTrainedModel, task: str, info: dic
             f"keyword argument changed a size on purpose, e.g. num_labels, pass ignore_mismatched_sizes=True to "
             f"initialise those tensors afresh.)"
         )
-    missing = sorted({*(info.get("missing_keys") or ()), *(entry[0] for entry in mismatched)})
+    missing = {*(info.get("missing_keys") or ()), *(entry[0] for entry in mismatched)}
     if missing:
-        shown = ", ".join(missing[:6]) + (f" (and {len(missing) - 6} more)" if len(missing) > 6 else "")
         warnings.warn(
             f"{path} has no weights for {len(missing)} parameter(s) of the {label or type(model).__name__} built "
-            f"for task {task!r}, which are randomly initialised: {shown} (as transformers initialises them). "
-            f"Outputs computed from them (e.g. a base model's pooler_output, a new head's logits) are random "
-            f"until the model is trained.",
+            f"for task {task!r}, which are randomly initialised: {_shown_keys(missing)} (as transformers "
+            f"initialises them). Outputs computed from them (e.g. a base model's pooler_output, a new head's "
+            f"logits) are random until the model is trained.",
+            ConversionWarning,
+            stacklevel=3,
+        )
+    # Loading for another task than the checkpoint's own leaves parts of it out by design (an MLM head under a
+    # classifier, BART's encoder under its causal LM): only a load for the checkpoint's own task has none to spare.
+    unexpected = set(info.get("unexpected_keys") or ()) if own_task in (None, task) else set()
+    if unexpected:
+        warnings.warn(
+            f"{path} holds {len(unexpected)} weight(s) that the {label or type(model).__name__} built for task "
+            f"{task!r} has no parameter for, so they are not used: {_shown_keys(unexpected)}. Check that "
+            f"config.json describes the model these weights were saved from.",
             ConversionWarning,
             stacklevel=3,
         )
 
 
-def _load_folder(path: Path, task: str | None, *, label: str | None = None, **load_kwargs):
+def _load_folder(path: Path, task: str | None, *, label: str | None = None, head_resized: bool = False,
+                 **load_kwargs):
     """(model, loading info) for the local checkpoint folder `path`, in its own format; `load_kwargs`
-    go to the `from_pretrained` of its class (see `load_checkpoint`)."""
+    go to the `from_pretrained` of its class (see `load_checkpoint`). transformers' load report is held
+    back: `_check_loading_info` says what it would have said (`head_resized`: see there)."""
     path = Path(path)
     config_file = path / "config.json"
     if not config_file.is_file():
@@ -398,19 +452,25 @@ def _load_folder(path: Path, task: str | None, *, label: str | None = None, **lo
     model_type = config.get("model_type")
     ours = any(c.config_class.model_type == model_type for c in conversions())
     conversion = _conversion_for(model_type, ours=ours)
-    if task is None:
-        architectures = config.get("architectures") or []
-        task = conversion.task_of_class_name(architectures[0], ours=ours) if architectures else "base"
+    architectures = config.get("architectures") or []
+    own_task = None
+    if task is None:  # the checkpoint's own head; a class outside the conversion table is an error
+        task = own_task = conversion.task_of_class_name(architectures[0], ours=ours) if architectures else "base"
+    elif architectures:
+        with contextlib.suppress(ValueError):  # a class outside the table: its weights are judged as they come
+            own_task = conversion.task_of_class_name(architectures[0], ours=ours)
     conversion.check_task(task)
     hf_name, our_class = conversion.tasks[task]
     model_class = our_class if ours else getattr(transformers, hf_name)
     check_not_pickles_only(path)
     check_weight_files(path)
     mismatched_ok = bool(load_kwargs.pop("ignore_mismatched_sizes", False))
-    model, info = model_class.from_pretrained(
-        path, use_safetensors=True, ignore_mismatched_sizes=True, output_loading_info=True, **load_kwargs
-    )
-    _check_loading_info(path, model, task, info, label=label, mismatched_ok=mismatched_ok)
+    with held_load_report():
+        model, info = model_class.from_pretrained(
+            path, use_safetensors=True, ignore_mismatched_sizes=True, output_loading_info=True, **load_kwargs
+        )
+    _check_loading_info(path, model, task, info, label=label, mismatched_ok=mismatched_ok, head_resized=head_resized,
+                        own_task=own_task)
     return model, info
 
 
@@ -438,7 +498,7 @@ def checkpoint_config(path) -> PretrainedConfig:
 
 
 def from_transformers(src, *, task: str | None = None, revision: str | None = None, token=None,
-                      cache_dir=None, local_files_only: bool = False) -> PreTrainedModel:
+                      cache_dir=None, local_files_only: bool = False, **config_kwargs) -> PreTrainedModel:
     """The hf_xfmr equivalent of a transformers model.
 
     Args:
@@ -453,22 +513,94 @@ def from_transformers(src, *, task: str | None = None, revision: str | None = No
         token: Hub token for a private or gated repo; by default huggingface_hub's own (`HF_TOKEN`, the
             `hf auth login` cache); False sends none.
         cache_dir, local_files_only: as in `from_pretrained` (`HF_HUB_OFFLINE=1` also keeps it offline).
+        **config_kwargs: config settings, as `from_pretrained(..., num_labels=3)` takes them: `num_labels`,
+            `id2label`, `label2id` (any one of them sets the others), `problem_type`, `attn_implementation`, and
+            any field of transformers' or hf_xfmr's config of the family (`hidden_dropout_prob=0.0`; ours only:
+            `unpad_inputs=False`). Any other keyword is a TypeError naming the closest fields. For a directory
+            or repo they shape the model built: with `num_labels=3` the head has 3 outputs, freshly initialised
+            (and named in a `ConversionWarning`) when the checkpoint's head has another size or none. For an
+            instance they are applied to the converted model's config as long as its weights still fit (new
+            label names, another dropout); one that changes a weight's size (`num_labels=3` for a 2-label
+            classifier) is a ValueError: pass the checkpoint's directory or repo id instead.
 
     Returns the hf_xfmr model, with identical weights, dtype, device, attention implementation and
     train/eval mode. Special-token ids outside the vocabulary (`GPT2Config(vocab_size=32000)` keeps
     bos/eos=50256) are kept as they are, with a `ConversionWarning` naming them.
     """
+    attn_implementation = config_kwargs.pop("attn_implementation", None)
     if isinstance(src, (str, os.PathLike)):
         path = resolve_checkpoint(src, revision=revision, token=token, cache_dir=cache_dir,
                                   local_files_only=local_files_only)
         if not path.is_dir():
             raise FileNotFoundError(f"{path} is not a directory; pass a transformers model, a checkpoint folder or "
                                     f"a Hub repo id ('org/name').")
-        src = load_checkpoint(path, task)
+        saved = read_config(path) or {}
+        conversion = next((c for c in conversions() if c.hf_model_type == saved.get("model_type")), None)
+        load_kwargs, overrides = {}, {}
+        if conversion is not None:  # (otherwise _load_folder or _convert says what the folder is not)
+            config_kwargs = _label_keywords(config_kwargs, saved.get("id2label"))
+            _check_config_keywords(conversion, config_kwargs)
+            load_kwargs, overrides = _split_config_keywords(conversion, config_kwargs)
+        src, _ = _load_folder(path, task, head_resized="id2label" in config_kwargs, **load_kwargs)
+        return _convert(src, task, attn_implementation=attn_implementation, overrides=overrides)
     if not isinstance(src, PreTrainedModel):
         raise TypeError(f"`src` must be a transformers PreTrainedModel, a directory or a Hub repo id, got "
                         f"{type(src).__name__}.")
-    return _convert(src, task)
+    conversion = _conversion_for(src.config.model_type, ours=False)
+    overrides = _label_keywords(config_kwargs, src.config.id2label)
+    _check_config_keywords(conversion, overrides, instance=True)
+    return _convert(src, task, attn_implementation=attn_implementation, overrides=overrides, asked=config_kwargs)
+
+
+def _label_keywords(kwargs: dict, current: dict | None) -> dict:
+    """`kwargs` with the label settings completed as a pair: `num_labels`, `id2label` or `label2id` alone gives
+    both maps (transformers' `from_pretrained` would keep the checkpoint's `label2id` next to a new
+    `id2label`). `num_labels` alone keeps the `current` labels (the source's id2label) when their number
+    is the same (as transformers does), else names them LABEL_0, LABEL_1, ...; a `num_labels` that
+    contradicts the maps given is an error."""
+    kwargs = dict(kwargs)
+    num_labels, id2label, label2id = (kwargs.pop(name, None) for name in ("num_labels", "id2label", "label2id"))
+    if id2label is None and label2id is not None:
+        id2label = {int(i): name for name, i in label2id.items()}
+    if id2label is None and num_labels is not None and len(current or {}) != num_labels:
+        id2label = {i: f"LABEL_{i}" for i in range(num_labels)}
+    if id2label is None:
+        return kwargs
+    id2label = {int(i): name for i, name in id2label.items()}
+    if num_labels is not None and num_labels != len(id2label):
+        raise ValueError(f"num_labels={num_labels} contradicts the {len(id2label)} labels of id2label/label2id; "
+                         f"pass one of them, or both consistently.")
+    kwargs.update(id2label=id2label, label2id=label2id or {name: i for i, name in id2label.items()})
+    return kwargs
+
+
+def _check_config_keywords(conversion: Conversion, kwargs: dict, *, instance: bool = False) -> None:
+    """TypeError for a keyword of `from_transformers` that sets nothing: not a field of our config or of
+    transformers' (nor a setting transformers itself takes, `config_keyword_known`); for an instance, one
+    that is not a field of ours (transformers' fields apply only to a model built from its checkpoint)."""
+    ours, theirs = conversion.config_class, conversion.hf_config_class
+    our_fields = {f.name for f in dataclasses.fields(ours)}
+    their_fields = {f.name for f in dataclasses.fields(theirs)}
+    if instance:
+        unknown = [name for name in kwargs if name not in our_fields]
+        where = f"a field of {ours.__name__} (a model instance keeps its transformers config)"
+    else:
+        unknown = [name for name in kwargs if name.startswith("_") or
+                   not (config_keyword_known(ours, name) or name in their_fields)]
+        where = f"a setting of {ours.__name__} or {theirs.__name__}"
+    if unknown:
+        raise TypeError(f"from_transformers() got keyword argument(s) that are not {where}: "
+                        f"{unknown_keywords_message(ours, unknown)}")
+
+
+def _split_config_keywords(conversion: Conversion, kwargs: dict) -> tuple[dict, dict]:
+    """(keywords for transformers' `from_pretrained`, overrides of our config) of config keywords: fields both
+    configs have go to both, those only ours has to ours only, the rest to transformers'."""
+    our_fields = {f.name for f in dataclasses.fields(conversion.config_class)}
+    their_fields = {f.name for f in dataclasses.fields(conversion.hf_config_class)}
+    overrides = {k: v for k, v in kwargs.items() if k in our_fields and k not in ("dtype", "torch_dtype")}
+    theirs = {k: v for k, v in kwargs.items() if k not in our_fields or k in their_fields}
+    return theirs, overrides
 
 
 def _warn_outside_vocab(model_type: str, vocab_size, found) -> None:
@@ -484,9 +616,10 @@ def _warn_outside_vocab(model_type: str, vocab_size, found) -> None:
 
 
 def _convert(src: PreTrainedModel, task: str | None, *, attn_implementation: str | None = None,
-             overrides: dict | None = None) -> PreTrainedModel:
+             overrides: dict | None = None, asked: dict | None = None) -> PreTrainedModel:
     """`from_transformers` of a model instance; `attn_implementation` replaces the source's, and `overrides`
-    are fields of our config set on top of the converted ones (from `from_pretrained` keywords)."""
+    are fields of our config set on top of the converted ones (from `from_pretrained` keywords; `asked`: the
+    keywords as the user gave them, for the error when they do not fit the source's weights)."""
     conversion = _conversion_for(src.config.model_type, ours=False)
     src_task = conversion.task_of_class_name(type(src).__name__)
     task = src_task if task is None else task
@@ -509,10 +642,27 @@ def _convert(src: PreTrainedModel, task: str | None, *, attn_implementation: str
     model_class = conversion.tasks[task][1]
     attn = {"attn_implementation": attn_implementation} if attn_implementation else _attn_kwargs(src.config)
     model = model_class._from_config(config, dtype=src.dtype, **attn, **conversion.init_kwargs(src, task))
-    _load_state(model, conversion.state_dict_from_transformers(src.state_dict(), task))
+    state_dict = conversion.state_dict_from_transformers(src.state_dict(), task)
+    if overrides:
+        _check_overrides_fit(model, state_dict, asked or overrides, type(src).__name__)
+    _load_state(model, state_dict)
     if src.device.type != "meta":
         model.to(src.device)
     return model.train(src.training)
+
+
+def _check_overrides_fit(model: PreTrainedModel, state_dict: dict, overrides: dict, source: str) -> None:
+    """ValueError when config `overrides` (named in the message) change the size of weights that the
+    converted `source` model provides (`from_transformers(instance, num_labels=3)` on a 2-label classifier)."""
+    own = model.state_dict()
+    changed = [key for key, tensor in state_dict.items() if key in own and own[key].shape != tensor.shape]
+    if changed:
+        settings = ", ".join(f"{key}={value!r}" for key, value in overrides.items())
+        raise ValueError(
+            f"{settings} change(s) the size of {_shown_keys(changed)}, which the weights of the {source} cannot "
+            f"fill. To build a model with these settings (and those weights freshly initialised), pass the "
+            f"checkpoint's directory or Hub repo id to from_transformers instead of the model instance."
+        )
 
 
 # -- Xfmr*.from_pretrained given a transformers checkpoint --------------------------------------------
@@ -581,8 +731,7 @@ def _from_transformers_checkpoint(cls, conversion: Conversion, folder: Path, kwa
     output_loading_info = kwargs.pop("output_loading_info", False)
     our_fields = {f.name for f in dataclasses.fields(cls.config_class)}
     their_fields = {f.name for f in dataclasses.fields(conversion.hf_config_class)}
-    overrides = {k: v for k, v in kwargs.items() if k in our_fields and k not in ("dtype", "torch_dtype")}
-    kwargs = {k: v for k, v in kwargs.items() if k not in our_fields or k in their_fields}
+    kwargs, overrides = _split_config_keywords(conversion, kwargs)
     config = kwargs.get("config")
     if config is not None and getattr(config, "model_type", None) == cls.config_class.model_type:
         overrides.update({k: getattr(config, k) for k in our_fields - their_fields if hasattr(config, k)})

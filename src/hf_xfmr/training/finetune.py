@@ -23,9 +23,11 @@ the head config and the tokenizer; `load_adapter_model` reattaches it to a fresh
 initial weights the adapter belongs to), `metrics.json`, `log_history.jsonl` (Trainer's log history, one
 JSON object per line, written as training goes), `finetune_args.json`; `checkpoints/` only with
 `keep_checkpoints=True`.
+
+Subsets (`max_train_samples`, ...) are a seeded draw, stratified by label for classification
+(`subset_indices`), never the first rows; `metrics.json` records them (`subsets`) and the card says so.
 """
 
-import contextlib
 import dataclasses
 import inspect
 import json
@@ -38,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..hub.cards import finetune_card_fields, finetune_provenance, name_base_model_in_adapter_card
-from ..hub.repo_id import check_repo_id
+from ..hub.repo_id import check_model_id, check_repo_id
 from ..models.hub_loading import CheckpointSourceError, resolve_checkpoint
 from ..models.weights import check_weight_files
 from .finetune_tasks import (
@@ -82,7 +84,8 @@ from ..options import parse_config_overrides  # noqa: E402
 @dataclass
 class FinetuneResult:
     """What `finetune` produced. `metrics` holds "train", "eval" (best model on validation), "test" (when
-    there is a test split) and, for classification, "baseline" (majority-class accuracy)."""
+    there is a test split), for classification "baseline" (majority-class accuracy), and "subsets" when
+    --max_*_samples cut a split (`_subsample`)."""
 
     metrics: dict
     output_dir: Path
@@ -181,14 +184,53 @@ def _standard_splits(raw, args: FinetuneArguments):
         held = splits["train"].train_test_split(test_size=args.validation_split, seed=args.seed)
         splits["train"], splits["validation"] = held["train"], held["test"]
     out = {name: splits[name] for name in ("train", "validation", "test") if name in splits}
-    for name, limit in (("train", args.max_train_samples), ("validation", args.max_eval_samples),
-                        ("test", args.max_test_samples)):
-        if name in out and limit is not None:
-            out[name] = out[name].select(range(min(limit, len(out[name]))))
     for name, split in out.items():
         if len(split) == 0:
             raise FinetuneError(f"The {name!r} split is empty.")
     return datasets.DatasetDict(out)
+
+
+def subset_indices(size: int, count: int, seed: int, labels=None) -> list[int]:
+    """`count` of the row indices 0..size-1, drawn by a shuffle seeded with `seed` (the same rows for the same
+    seed), in their original order. With `labels` (one per row), the draw is stratified: each label keeps
+    its share of the rows (rounded by largest remainder), so the subset's majority-class baseline is the
+    split's. Never simply the first rows: data files are often ordered (by source, by label)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    if labels is None:
+        return sorted(rng.permutation(size)[:count].tolist())
+    groups: dict = {}
+    for i, label in enumerate(labels):
+        groups.setdefault(label if isinstance(label, (str, int)) else repr(label), []).append(i)
+    quotas = {label: count * len(rows) / size for label, rows in groups.items()}
+    taken = {label: int(quota) for label, quota in quotas.items()}
+    by_remainder = sorted(groups, key=lambda label: quotas[label] - taken[label], reverse=True)  # stable: first seen
+    for label in by_remainder[:count - sum(taken.values())]:
+        taken[label] += 1
+    return sorted(i for label, rows in groups.items() for i in rng.permutation(rows)[:taken[label]].tolist())
+
+
+def _subsample(data: "_TaskData", args: FinetuneArguments) -> None:
+    """Cut the splits to --max_train_samples / --max_eval_samples / --max_test_samples (`subset_indices`:
+    seeded with --seed, stratified by label for classification), after the labels were read from the whole
+    splits. Each cut is recorded in `data.subsets` (split -> examples, of, how, description) and logged:
+    metrics.json and the model card say that the figures are those of subsets."""
+    limits = {"train": args.max_train_samples, "validation": args.max_eval_samples, "test": args.max_test_samples}
+    stratified = args.task == CLASSIFICATION
+    how = f"a seeded shuffle{' stratified by label' if stratified else ''} (seed {args.seed})"
+    for name, limit in limits.items():
+        split = data.raw.get(name)
+        if split is None or limit is None or limit >= len(split):
+            continue
+        labels = split[data.columns["label"]] if stratified else None
+        data.raw[name] = split.select(subset_indices(len(split), limit, args.seed, labels))
+        data.subsets[name] = {"examples": limit, "of": len(split), "how": how,
+                              "description": f"{name}: {limit:,} of {len(split):,} examples, {how}"}
+    if data.subsets:
+        logger.warning("Using subsets of the data (--max_train_samples / --max_eval_samples / --max_test_samples); "
+                       "the metrics are those of these subsets: %s.",
+                       "; ".join(subset["description"] for subset in data.subsets.values()))
 
 
 @dataclass
@@ -202,6 +244,7 @@ class _TaskData:
     features: dict = field(default_factory=dict)  # split -> tokenized Dataset (model inputs only)
     qa_side: dict = field(default_factory=dict)  # split -> (example indices, context offsets) per feature
     max_answer_length: int = 30
+    subsets: dict = field(default_factory=dict)  # split -> how it was cut to --max_*_samples (`_subsample`)
 
 
 def _find_columns(columns: list[str], args: FinetuneArguments) -> dict:
@@ -435,13 +478,23 @@ def _set_name_or_path(model, path: Path) -> None:
 
 
 def _from_checkpoint(args: FinetuneArguments, data: "_TaskData"):
-    """(model, names of the modules the checkpoint did not provide)."""
+    """(model, names of the modules the checkpoint did not provide). transformers' load report is held back:
+    a new task head is what finetuning adds, and the old one it drops is no problem; what else is new (BERT's
+    pooler under an MLM checkpoint) is named in one warning."""
+    from hf_xfmr.models.conversion import held_load_report
+
     path = Path(args.model_name_or_path)
-    model, info = _load_head(path, args.task, data)
+    with held_load_report():
+        model, info = _load_head(path, args.task, data)
     mismatched = [entry[0] if isinstance(entry, tuple) else entry for entry in info.get("mismatched_keys", [])]
     if mismatched:
         logger.warning("Re-initialised %s: their shapes in %s do not fit this task's labels.", mismatched, path)
     fresh = {key.rsplit(".", 1)[0] for key in [*info.get("missing_keys", []), *mismatched]}
+    head = set(head_modules(model))
+    outside = sorted(name for name in fresh if name.split(".")[0] not in head)
+    if outside:
+        logger.warning("%s has no weights for %s (outside the task head): they start from random values and are "
+                       "trained.", path, ", ".join(outside))
     return model, fresh
 
 
@@ -523,7 +576,12 @@ def apply_lora(model, task: str, *, r: int = 8, alpha: int = 16, dropout: float 
             to_save.append(name)
     config = LoraConfig(task_type=task_type, r=r, lora_alpha=alpha, lora_dropout=dropout,
                         target_modules=targets, modules_to_save=to_save)
-    return get_peft_model(model, config)
+    peft_model = get_peft_model(model, config)
+    # PEFT appends its own head names for classification ("classifier", "score") to ours, repeating
+    # "classifier": adapter_config.json lists each module once.
+    saved = peft_model.peft_config["default"]
+    saved.modules_to_save = list(dict.fromkeys(saved.modules_to_save))
+    return peft_model
 
 
 def load_adapter_model(adapter_dir, base_model_name_or_path=None):
@@ -534,6 +592,7 @@ def load_adapter_model(adapter_dir, base_model_name_or_path=None):
     from transformers import AutoConfig
 
     import hf_xfmr  # noqa: F401  (registers the architectures)
+    from hf_xfmr.models.conversion import held_load_report
 
     adapter_dir = Path(adapter_dir)
     if not (adapter_dir / "adapter_config.json").is_file():
@@ -546,8 +605,8 @@ def load_adapter_model(adapter_dir, base_model_name_or_path=None):
     if not base:
         raise FinetuneError(f"{adapter_dir}: the adapter does not record its base model; pass base_model_name_or_path.")
     # transformers' load report would list the head (and a new pooler) as MISSING from the base, although
-    # the adapter restores them right below: it is muted, and only weights that neither holds are named.
-    with _muted_load_report():
+    # the adapter restores them right below: it is held back, and only weights that neither holds are named.
+    with held_load_report():
         model, info = _load_head(Path(base), None, config=AutoConfig.from_pretrained(adapter_dir))
     restored = _adapter_restores(adapter_dir)
     missing = sorted(key for key in info.get("missing_keys", ()) if key not in restored)
@@ -555,21 +614,6 @@ def load_adapter_model(adapter_dir, base_model_name_or_path=None):
         logger.warning("%d weight(s) are neither in the base model %s nor in the adapter %s, so they are randomly "
                        "initialised: %s", len(missing), base, adapter_dir, ", ".join(missing))
     return PeftModel.from_pretrained(model, adapter_dir)
-
-
-@contextlib.contextmanager
-def _muted_load_report():
-    """Drop transformers' `from_pretrained` load report (a "LOAD REPORT" warning of
-    `transformers.modeling_utils`); its other messages pass. (A filter, not a higher level: at WARNING and
-    above, `from_pretrained` logs a tensor-parallel plan check of its own.)"""
-    report = logging.getLogger("transformers.modeling_utils")
-    muted = logging.Filter()
-    muted.filter = lambda record: "LOAD REPORT" not in record.getMessage()
-    report.addFilter(muted)
-    try:
-        yield
-    finally:
-        report.removeFilter(muted)
 
 
 def _adapter_restores(adapter_dir: Path) -> set[str]:
@@ -846,6 +890,8 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
 
     if args.push_to_hub:  # a bad repo id is refused before training, not after it
         check_repo_id(args.push_to_hub, error=FinetuneError)
+    if args.base_model is not None:
+        check_model_id(args.base_model, "--base_model", error=FinetuneError)
     requested = args  # what finetune_args.json records (a Hub repo id stays an id)
     args = _resolve_model_source(args)
     if args.arch is not None:
@@ -905,6 +951,7 @@ def _prepare_data(args: FinetuneArguments, dataset) -> _TaskData:
         raw = dataset
     data = _inspect_columns(_standard_splits(_skip_rows_without_text(raw, args), args), args)
     data.max_answer_length = args.max_answer_length
+    _subsample(data, args)
     return data
 
 
@@ -970,6 +1017,8 @@ def _train_and_evaluate(trainer, args: FinetuneArguments, data: _TaskData, given
     if args.task == CLASSIFICATION:
         metrics["baseline"] = {f"{split}_majority_accuracy": _majority_baseline(data, split)
                                for split in ("validation", "test") if split in data.features}
+    if data.subsets:
+        metrics["subsets"] = data.subsets
     metrics["best_checkpoint"] = Path(best).name if best else None
     metrics["provenance"] = finetune_provenance(dataclasses.asdict(args), given_dataset=given_dataset,
                                                 builtin_datasets=BUILTIN_DATASETS)
