@@ -158,8 +158,10 @@ def test_gradient_accumulation_matches_a_large_batch(tmp_path, wordpiece_tokeniz
     assert accumulated.trainer.model_accepts_loss_kwargs is False
     # The loss is scale-sensitive (AdamW's first step is not): a missing 1/accumulation factor doubles it.
     assert accumulated.metrics["train"]["train_loss"] == pytest.approx(big.metrics["train"]["train_loss"], abs=1e-5)
+    # AdamW's first step is about lr * sign(grad): a gradient summed in another order can move a weight whose
+    # gradient is ~0 by a few 1e-7 more (1.07e-6 seen on one of 2,048 weights); a wrong batch would move many by lr.
     for (name, a), (_, b) in zip(big.model.named_parameters(), accumulated.model.named_parameters()):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=name)
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5, msg=name)
 
 
 def test_from_scratch_lora_saves_its_base_and_publishes(tmp_path, wordpiece_tokenizer, monkeypatch):
