@@ -204,3 +204,21 @@ def test_lora_modules_to_save_has_no_duplicates(tmp_path):
     lora.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "adapter_config.json").read_text())["modules_to_save"]
     assert len(saved) == len(set(saved)) and {"classifier", "model.pooler.dense"} <= set(saved)
+
+
+@pytest.mark.parametrize("arch", ["gpt", "bart"])
+def test_decoder_outputs_use_transformers_cache_field_without_deprecation_noise(arch, monkeypatch):
+    """transformers 5.24 renamed the outputs' `past_key_values` to `cache` and logs a deprecation for the old
+    name: a plain forward and `generate()` of our decoders must not print it."""
+    import transformers.utils.generic as generic
+
+    from hf_xfmr.models import get_architecture
+
+    said = []
+    monkeypatch.setattr(generic.logger, "warning_once", lambda message, *a, **k: said.append(message))
+    config = get_architecture(arch).config_class.from_preset("tiny")
+    model = get_architecture(arch).model_class("causal-lm")(config).eval()
+    out = model(input_ids=torch.tensor([[5, 6, 7]]))
+    assert out.cache is not None
+    model.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=2, do_sample=False)
+    assert not [m for m in said if "deprecated" in m], said

@@ -131,5 +131,5 @@ class CausalLMHead(TaskHead, CheckedGenerationMixin):
             num_items_in_batch=num_items_in_batch, return_logits=not chunked,
         )
         return self.finish(CausalLMOutputWithPast(
-            loss=loss, logits=logits, past_key_values=getattr(out, "past_key_values", None),
+            loss=loss, logits=logits, cache=getattr(out, "cache", None),
             hidden_states=out.hidden_states, attentions=out.attentions), return_dict)

@@ -416,7 +416,7 @@ class XfmrBartDecoderModel(SharedInputEmbeddings, XfmrBartPreTrainedModel):
             past_key_values=past_key_values, output_attentions=output_attentions,
             output_hidden_states=output_hidden_states, starts=starts,
         )
-        output = BaseModelOutputWithPast(last_hidden_state=hidden, past_key_values=past_key_values if use_cache else None,
+        output = BaseModelOutputWithPast(last_hidden_state=hidden, cache=past_key_values if use_cache else None,
                                          hidden_states=all_hidden, attentions=all_self)
         return output if return_dict else output.to_tuple()
 

@@ -278,7 +278,7 @@ class XfmrGPTModel(XfmrGPTPreTrainedModel):
             hidden_states, all_hidden_states = varlen.pad_outputs(hidden_states, all_hidden_states)
 
         output = BaseModelOutputWithPast(
-            last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None,
+            last_hidden_state=hidden_states, cache=past_key_values if use_cache else None,
             hidden_states=all_hidden_states, attentions=all_attentions,
         )
         return output if return_dict else output.to_tuple()
