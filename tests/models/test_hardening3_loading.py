@@ -222,3 +222,26 @@ def test_decoder_outputs_use_transformers_cache_field_without_deprecation_noise(
     assert out.cache is not None
     model.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=2, do_sample=False)
     assert not [m for m in said if "deprecated" in m], said
+
+
+def test_peft_and_an_adapter_save_from_a_transformers_base_print_no_deprecation_or_type_warning(tmp_path, caplog):
+    """`get_peft_model` reads `is_gradient_checkpointing` (a FutureWarning in transformers 5), and saving an adapter
+    reads the base model's config with our config class, which for a transformers checkpoint was transformers'
+    "model of type `bert` to instantiate a model of type `xfmr-bert`" warning, once per saved checkpoint."""
+    from peft import LoraConfig, get_peft_model
+
+    from hf_xfmr.models.bert import XfmrBertConfig, XfmrBertForSequenceClassification
+
+    folder = tmp_path / "bert"
+    config = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=37)
+    transformers.BertForSequenceClassification(config).save_pretrained(folder)
+    converted = XfmrBertConfig.from_pretrained(folder)
+    assert type(converted).__name__ == "XfmrBertConfig" and converted.hidden_size == 32
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        model = XfmrBertForSequenceClassification.from_pretrained(folder)
+        peft_model = get_peft_model(model, LoraConfig(task_type="SEQ_CLS", target_modules=["q_proj", "v_proj"]))
+    with caplog.at_level(logging.WARNING, logger="transformers"):
+        peft_model.save_pretrained(tmp_path / "adapter")
+    assert not [r for r in caplog.records if "to instantiate a model of type" in r.getMessage()]

@@ -248,3 +248,18 @@ def test_finetuning_from_a_checkpoint_names_new_weights_once(tmp_path, capfd, ca
     named = [r.getMessage() for r in caplog.records if "has no weights for" in r.getMessage()]
     assert named == [f"{checkpoint} has no weights for model.pooler.dense (outside the task head): they start from "
                      "random values and are trained."]
+
+
+def test_no_pinned_memory_without_a_gpu(tmp_path, wordpiece_tokenizer, recwarn):
+    """Trainer pins memory by default, which on a CPU-only machine is unused and makes torch warn ('pin_memory'
+    argument is set as true but no accelerator is found) at every run: finetune pins only for a GPU."""
+    import torch
+
+    from hf_xfmr.training.finetune import finetune
+
+    from .finetune_helpers import quick_args, sentiment_dataset
+
+    result = finetune(quick_args(tmp_path, max_steps=1, eval_steps=1), dataset=sentiment_dataset(train=16, validation=8),
+                      tokenizer=wordpiece_tokenizer)
+    assert result.trainer.args.dataloader_pin_memory is torch.cuda.is_available()
+    assert not [w for w in recwarn if "pin_memory" in str(w.message)]

@@ -22,6 +22,8 @@ from typing import Any, ClassVar, Mapping
 
 from transformers import GenerationConfig, PretrainedConfig
 
+from .load_hook import LOADERS
+
 # Feed-forward activations every architecture accepts by name (`layers.mlp.get_activation` builds them).
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 
@@ -298,6 +300,17 @@ class XfmrPretrainedConfig(PretrainedConfig):
         with `overrides` applied; special ids of the preset follow an overridden `vocab_size`."""
         check_known_keywords(cls, overrides)
         return cls(**preset_kwargs(cls.presets, name, overrides))
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
+        """transformers' `from_pretrained`. Where hf_xfmr is imported, the config of a transformers checkpoint of
+        this family (a folder or a Hub repo id) is converted, as the models' `from_pretrained` converts its
+        weights (PEFT reads a base model's config this way when it saves an adapter)."""
+        load = super().from_pretrained
+        loader = LOADERS.get("config_from_pretrained")
+        if loader is None:
+            return load(pretrained_model_name_or_path, **kwargs)
+        return loader(cls, load, pretrained_model_name_or_path, **kwargs)
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):

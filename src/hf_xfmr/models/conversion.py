@@ -744,6 +744,29 @@ def _from_transformers_checkpoint(cls, conversion: Conversion, folder: Path, kwa
 LOADERS["from_pretrained"] = _from_pretrained
 
 
+def _config_from_pretrained(cls, load, src, **kwargs):
+    """The loader behind `Xfmr*Config.from_pretrained` (installed in `load_hook.LOADERS`): the config of a
+    transformers checkpoint of `cls`'s family is converted (`checkpoint_config`), with the remaining keywords
+    set on it, instead of being read as ours under transformers' "model of type `bert` to instantiate a model
+    of type `xfmr-bert`" warning. Anything else goes to transformers' own `load` unchanged."""
+    if not isinstance(src, (str, os.PathLike)) or kwargs.get("return_unused_kwargs"):
+        return load(src, **kwargs)
+    hub = {name: kwargs[name] for name in _HUB_KWARGS if kwargs.get(name) is not None}
+    try:
+        model_type = (read_config(src, **hub) or {}).get("model_type")
+    except (OSError, ValueError):  # not a checkpoint: transformers' own loader says what is wrong
+        return load(src, **kwargs)
+    conversion = next((c for c in conversions() if c.hf_model_type == model_type), None)
+    if conversion is None or conversion.config_class.model_type != cls.model_type:
+        return load(src, **kwargs)
+    config = checkpoint_config(resolve_checkpoint(src, **hub))
+    config.update({k: v for k, v in kwargs.items() if k not in _HUB_KWARGS + _SOURCE_ONLY_KWARGS})
+    return config
+
+
+LOADERS["config_from_pretrained"] = _config_from_pretrained
+
+
 def to_transformers(model: PreTrainedModel) -> PreTrainedModel:
     """The transformers equivalent of an hf_xfmr model (the inverse of `from_transformers`)."""
     if not isinstance(model, PreTrainedModel):

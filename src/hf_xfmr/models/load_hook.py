@@ -11,7 +11,8 @@ is exactly transformers'.
 """
 
 # "from_pretrained" -> loader(cls, load, pretrained_model_name_or_path, *model_args, **kwargs), where
-# `load` is transformers' own `from_pretrained` bound to `cls`. Filled by hf_xfmr.models.conversion.
+# `load` is transformers' own `from_pretrained` bound to `cls`; "config_from_pretrained" the same for the configs
+# (`config_utils.XfmrPretrainedConfig.from_pretrained`). Filled by hf_xfmr.models.conversion.
 LOADERS: dict = {}
 
 

@@ -42,6 +42,12 @@ class XfmrPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
     def _init_weights(self, module):
         normal_init_(module, self.config.initializer_range)
 
+    @property
+    def is_gradient_checkpointing(self) -> bool:
+        """transformers 5's deprecated alias of `is_activation_checkpointing`, without its FutureWarning: PEFT
+        reads this name whenever it wraps a model (`get_peft_model`), which is nothing a user can act on."""
+        return any(getattr(m, "gradient_checkpointing", False) for m in self.modules())
+
     def output_flags(self, output_attentions, output_hidden_states, return_dict) -> tuple[bool, bool, bool]:
         """(output_attentions, output_hidden_states, return_dict) of a forward: each as given, else the config's."""
         config = self.config

@@ -785,6 +785,7 @@ def _auto_interval(total_steps: int, count: int) -> int:
 
 
 def _training_arguments(args: FinetuneArguments, train_size: int, checkpoints: Path):
+    import torch
     from transformers import TrainingArguments
 
     if args.max_steps > 0:
@@ -806,6 +807,8 @@ def _training_arguments(args: FinetuneArguments, train_size: int, checkpoints: P
         load_best_model_at_end=True, metric_for_best_model=metric, greater_is_better=args.greater_is_better,
         save_total_limit=None if args.keep_checkpoints else 2, save_only_model=True, seed=args.seed,
         bf16=args.bf16, use_cpu=args.use_cpu, dataloader_num_workers=args.dataloader_num_workers,
+        # pinned memory serves a copy to a GPU; without one torch warns that it is set and unused
+        dataloader_pin_memory=torch.cuda.is_available() and not args.use_cpu,
         report_to=args.report_to, disable_tqdm=args.disable_tqdm, remove_unused_columns=False,
         label_names=["start_positions", "end_positions"] if args.task == QUESTION_ANSWERING else ["labels"],
     )
