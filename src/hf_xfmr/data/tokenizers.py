@@ -10,8 +10,9 @@
 | bpe, style=roberta      | byte-level BPE       | <s> <pad> </s> <unk> <mask>                      | <s> A </s></s> B </s>                |
 | bpe, style=modernbert   | byte-level BPE       | [UNK] [CLS] [SEP] [PAD] [MASK] <|endoftext|>     | [CLS] A [SEP] B [SEP]                |
 
-Architecture names are accepted as `kind` too: bert/distilbert -> wordpiece, xlnet/albert/t5 ->
-unigram, gpt/roberta/bart/modernbert -> bpe (BART uses the RoBERTa style). Token type ids follow each architecture (XLNet gives its
+Each recipe is its family's (`models/<arch>/family.py`, `hf_xfmr.family.TokenizerRecipe`): architecture names are
+accepted as `kind` too (bert/distilbert -> wordpiece, xlnet/albert/t5 -> unigram, gpt/roberta/bart/modernbert ->
+bpe; DistilBERT shares BERT's recipe and BART RoBERTa's), and a new family brings its own. Token type ids follow each architecture (XLNet gives its
 final <cls> segment id 2). The result is a `PreTrainedTokenizerFast`; `save_pretrained` it.
 
 A tokenizer emits (`model_input_names`, kept by `save_pretrained`) what its model takes, decided in one place,
@@ -29,54 +30,28 @@ import inspect
 import itertools
 import warnings
 
+from ..family import TokenizerRecipe, families, get_family, tokenizer_recipe
 from .corpus import default_corpus, iter_texts
 
-_ALIASES = {
-    "bert": ("wordpiece", "bert"), "distilbert": ("wordpiece", "bert"), "wordpiece": ("wordpiece", "bert"),
-    "xlnet": ("unigram", "xlnet"), "albert": ("unigram", "albert"), "t5": ("unigram", "t5"),
-    "unigram": ("unigram", None),
-    "gpt": ("bpe", "gpt"), "gpt2": ("bpe", "gpt"), "roberta": ("bpe", "roberta"), "bart": ("bpe", "roberta"),
-    "modernbert": ("bpe", "modernbert"), "bpe": ("bpe", None),
-}
+# The plain kinds take a family's recipe by default; every other recipe belongs to a family (`hf_xfmr.family`).
 _DEFAULT_STYLE = {"wordpiece": "bert", "unigram": "xlnet", "bpe": "gpt"}
-_STYLES = {"wordpiece": ("bert",), "unigram": ("xlnet", "albert", "t5"), "bpe": ("gpt", "roberta", "modernbert")}
 
-# role -> token, per style; the order of `special` is the order of the first vocabulary ids.
-_SPECIALS = {
-    "bert": dict(special=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
-                 roles=dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
-                            mask_token="[MASK]")),
-    "xlnet": dict(special=["<pad>", "<unk>", "<s>", "</s>", "<cls>", "<sep>", "<mask>", "<eod>"],
-                  roles=dict(pad_token="<pad>", unk_token="<unk>", bos_token="<s>", eos_token="</s>",
-                             cls_token="<cls>", sep_token="<sep>", mask_token="<mask>",
-                             additional_special_tokens=["<eod>"])),
-    "albert": dict(special=["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"],
-                   roles=dict(pad_token="<pad>", unk_token="<unk>", bos_token="[CLS]", eos_token="[SEP]",
-                              cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")),
-    # T5: the 100 sentinels of span corruption are appended after training, <extra_id_0> as the LAST id
-    # (sentinels are counted down from the end of the vocabulary, as in T5's SentencePiece vocabulary).
-    "t5": dict(special=["<pad>", "</s>", "<unk>"],
-               roles=dict(pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
-                          additional_special_tokens=[f"<extra_id_{i}>" for i in range(100)])),
-    "gpt": dict(special=["<|endoftext|>"],
-                roles=dict(bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>",
-                           pad_token="<|endoftext|>")),
-    "roberta": dict(special=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
-                    roles=dict(bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
-                               cls_token="<s>", sep_token="</s>", mask_token="<mask>")),
-    "modernbert": dict(special=["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", "<|endoftext|>"],
-                       roles=dict(unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]",
-                                  mask_token="[MASK]", bos_token="[CLS]", eos_token="[SEP]")),
-}
-# (single, pair) TemplateProcessing templates; `:n` is the token type id.
-_TEMPLATES = {
-    "bert": ("[CLS]:0 $A:0 [SEP]:0", "[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1"),
-    "xlnet": ("$A:0 <sep>:0 <cls>:2", "$A:0 <sep>:0 $B:1 <sep>:1 <cls>:2"),
-    "albert": ("[CLS]:0 $A:0 [SEP]:0", "[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1"),
-    "t5": ("$A:0 </s>:0", "$A:0 </s>:0 $B:0 </s>:0"),
-    "roberta": ("<s>:0 $A:0 </s>:0", "<s>:0 $A:0 </s>:0 </s>:0 $B:0 </s>:0"),
-    "modernbert": ("[CLS]:0 $A:0 [SEP]:0", "[CLS]:0 $A:0 [SEP]:0 $B:0 [SEP]:0"),
-}
+
+def _recipes() -> dict[str, TokenizerRecipe]:
+    """style -> recipe: the families that define their own (the style is the family's name)."""
+    return {f.name: f.tokenizer for f in families() if isinstance(f.tokenizer, TokenizerRecipe)}
+
+
+def _aliases() -> dict[str, tuple[str, str | None]]:
+    """name -> (kind, style): every family name and alias (with its recipe's style), and the plain kinds."""
+    recipes = _recipes()
+    styles = {f.name: (f.tokenizer if isinstance(f.tokenizer, str) else f.name) for f in families()}
+    aliases = {kind: (kind, None) for kind in _DEFAULT_STYLE}
+    for family in families():
+        style = styles[family.name]
+        for name in (family.name, *family.aliases):
+            aliases[name] = (recipes[style].kind, style)
+    return aliases
 
 
 def tokenizer_aliases() -> dict[str, tuple[str, str | None]]:
@@ -85,17 +60,19 @@ def tokenizer_aliases() -> dict[str, tuple[str, str | None]]:
     Architecture names (bert, xlnet, gpt, ...) map to their own recipe; the plain kinds (wordpiece, unigram,
     bpe) map to themselves with no style. A copy: callers may read it to check a name before training.
     """
-    return dict(_ALIASES)
+    return _aliases()
 
 
 def _resolve(kind: str, style: str | None) -> tuple[str, str]:
     key = kind.lower()
-    if key not in _ALIASES:
-        raise ValueError(f"Unknown tokenizer kind {kind!r}; choose one of {sorted(_ALIASES)}.")
-    kind, alias_style = _ALIASES[key]
+    aliases = _aliases()
+    if key not in aliases:
+        raise ValueError(f"Unknown tokenizer kind {kind!r}; choose one of {sorted(aliases)}.")
+    kind, alias_style = aliases[key]
     style = style or alias_style or _DEFAULT_STYLE[kind]
-    if style not in _STYLES[kind]:
-        raise ValueError(f"style={style!r} does not fit a {kind} tokenizer; choose one of {_STYLES[kind]}.")
+    fitting = tuple(name for name, recipe in _recipes().items() if recipe.kind == kind)
+    if style not in fitting:
+        raise ValueError(f"style={style!r} does not fit a {kind} tokenizer; choose one of {fitting}.")
     return kind, style
 
 
@@ -103,17 +80,11 @@ def _resolve(kind: str, style: str | None) -> tuple[str, str]:
 _TOKENIZER_OUTPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
 
-def _marks_segments(style: str) -> bool:
-    """Whether `style`'s pair template gives a token a type id other than 0 (a second segment, XLNet's <cls>)."""
-    return style in _TEMPLATES and any(not t.endswith(":0") for t in _TEMPLATES[style][1].split())
-
-
 def _recipe_architecture(kind: str, style: str | None) -> str | None:
-    """The registered architecture whose own recipe `train_tokenizer(kind, style=style)` is, else None."""
-    from ..models.registry import architectures
-
+    """The family whose own recipe `train_tokenizer(kind, style=style)` is, else None."""
     key = kind.lower()
-    if key not in {a.name for a in architectures()} or key not in _ALIASES or style not in (None, _ALIASES[key][1]):
+    aliases = _aliases()
+    if key not in {f.name for f in families()} or style not in (None, aliases[key][1]):
         return None
     return key
 
@@ -131,12 +102,11 @@ def model_input_names(arch) -> list[str]:
     """
     from ..models.registry import get_architecture
 
-    arch = get_architecture(arch)
+    arch = get_architecture(arch)  # (a name, a config or a model)
     main = arch.classes.get("base") or next(iter(arch.classes.values()))
     taken = inspect.signature(main.forward).parameters
     names = [n for n in _TOKENIZER_OUTPUTS if n in taken]
-    style = _ALIASES[arch.name][1] if arch.name in _ALIASES else None
-    if style is not None and not _marks_segments(style) and "token_type_ids" in names:
+    if not tokenizer_recipe(get_family(arch.name)).marks_segments and "token_type_ids" in names:
         names.remove("token_type_ids")
     return names
 
@@ -186,9 +156,9 @@ def train_tokenizer(kind: str = "wordpiece", corpus=None, vocab_size: int = 8000
 
     arch = _recipe_architecture(kind, style)
     kind, style = _resolve(kind, style)
-    spec = _SPECIALS[style]
-    specials = spec["special"]
-    sentinels = 100 if style == "t5" else 0  # part of vocab_size, added after training
+    recipe = _recipes()[style]
+    specials = list(recipe.special)
+    sentinels = recipe.sentinels  # part of vocab_size, added after training
     min_vocab = len(specials) + sentinels + (256 if kind == "bpe" else 30)
     if vocab_size < min_vocab:
         raise ValueError(f"vocab_size={vocab_size} is too small for a {kind} tokenizer; use at least {min_vocab}.")
@@ -223,8 +193,9 @@ def train_tokenizer(kind: str = "wordpiece", corpus=None, vocab_size: int = 8000
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(texts, trainer=trainer)
-    if style == "t5":  # <extra_id_99> first, so <extra_id_0> gets the last id
-        tok.add_special_tokens([f"<extra_id_{i}>" for i in reversed(range(100))])
+    sentinel_tokens = [f"<extra_id_{i}>" for i in range(sentinels)]
+    if sentinels:  # <extra_id_99> first, so <extra_id_0> gets the last id
+        tok.add_special_tokens(sentinel_tokens[::-1])
     trained = tok.get_vocab_size(with_added_tokens=True)
     if trained < vocab_size:
         warnings.warn(
@@ -235,8 +206,8 @@ def train_tokenizer(kind: str = "wordpiece", corpus=None, vocab_size: int = 8000
             stacklevel=2,
         )
 
-    if style in _TEMPLATES:
-        single, pair = _TEMPLATES[style]
+    if recipe.template is not None:
+        single, pair = recipe.template
         used = sorted({t.split(":")[0] for t in (single + " " + pair).split() if not t.startswith("$")})
         template = processors.TemplateProcessing(
             single=single, pair=pair, special_tokens=[(t, tok.token_to_id(t)) for t in used])
@@ -251,16 +222,19 @@ def train_tokenizer(kind: str = "wordpiece", corpus=None, vocab_size: int = 8000
     if arch is not None:
         names = model_input_names(arch)
     else:
-        names = [n for n in _TOKENIZER_OUTPUTS if n != "token_type_ids" or _marks_segments(style)]
+        names = [n for n in _TOKENIZER_OUTPUTS if n != "token_type_ids" or recipe.marks_segments]
+    roles = dict(recipe.roles)
+    if sentinel_tokens:
+        roles["additional_special_tokens"] = [*roles.get("additional_special_tokens", ()), *sentinel_tokens]
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, model_max_length=model_max_length, model_input_names=names,
-        padding_side="left" if style == "xlnet" else "right", **spec["roles"])
+        padding_side=recipe.padding_side, **roles)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m hf_xfmr.data.tokenizers",
                                      description="Train a tokenizer for an hf_xfmr architecture.")
-    parser.add_argument("--kind", default="wordpiece", help=f"one of {sorted(_ALIASES)}")
+    parser.add_argument("--kind", default="wordpiece", help=f"one of {sorted(_aliases())}")
     parser.add_argument("--style", default=None, help="special-token style (see module docs)")
     parser.add_argument("--corpus", default=None, help="file/dir/dataset name; default: embedded corpus")
     # Both spellings, as in `hf-xfmr` (--text_column / --text-column).

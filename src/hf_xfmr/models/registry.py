@@ -12,6 +12,7 @@ from typing import Mapping
 
 import transformers
 
+from ..family import Family
 from .conversion import Conversion, register_conversion
 
 # Every task a model class can serve, with the transformers Auto class that loads it (None: none does,
@@ -59,6 +60,7 @@ class Architecture:
     config_class: type
     classes: Mapping[str, type]
     objectives: tuple[str, ...] = field(default=())
+    family: Family | None = None  # its record (`hf_xfmr.family`): tokenizer recipe, objective defaults, names
 
     def __post_init__(self):
         unknown = [t for t in self.classes if t not in TASK_AUTO_CLASSES]
@@ -108,21 +110,26 @@ def register_architecture(arch: Architecture) -> Architecture:
     return arch
 
 
-def register_from_conversion(name: str, conversion: Conversion, objectives: tuple = ()) -> Architecture:
-    """Register an architecture package in one statement, from its `Conversion` (the one table of its config
-    and model classes by task): its `Architecture` with the Auto classes (`register_architecture`), and the
-    conversion with `from_transformers` / `to_transformers` (`conversion.register_conversion`).
+def register_from_conversion(family: Family, conversion: Conversion) -> Architecture:
+    """Register an architecture package in one statement, from its family record and its `Conversion` (the one
+    table of its config and model classes by task): its `Architecture` with the Auto classes
+    (`register_architecture`), and the conversion with `from_transformers` / `to_transformers`
+    (`conversion.register_conversion`).
 
     Args:
-        name: the `--arch` name.
+        family: the package's `family.FAMILY` (`hf_xfmr.family.Family`): its `--arch` name, model type and
+            pretraining objectives (keys of `OBJECTIVES`, the default first).
         conversion: the package's `convert_<arch>.CONVERSION`.
-        objectives: the pretraining objectives it supports (keys of `OBJECTIVES`), the default first.
     """
+    if family.model_type != conversion.config_class.model_type:
+        raise ValueError(f"The {family.name!r} family record names model type {family.model_type!r}, but its "
+                         f"config class is {conversion.config_class.model_type!r}.")
     arch = register_architecture(Architecture(
-        name=name,
+        name=family.name,
         config_class=conversion.config_class,
         classes={task: cls for task, (_, cls) in conversion.tasks.items()},
-        objectives=tuple(objectives),
+        objectives=tuple(family.objectives),
+        family=family,
     ))
     register_conversion(conversion)
     return arch

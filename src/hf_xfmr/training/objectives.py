@@ -20,7 +20,8 @@ An `Objective` says everything the pretraining loop needs to train an architectu
 Adding an objective = one `register_objective(Objective(...))` call; an architecture trains with it
 once the objective's name is in its registry entry (`Architecture.objectives`) and it has a model
 class for the objective's `task`. Per-architecture differences (ALBERT's n-gram masking, ModernBERT's
-30% masking rate) live in `arch_settings`, keyed by architecture name.
+30% masking rate) live in each family's record (`hf_xfmr.family.Family.pretraining_defaults`), which
+`Objective.resolve` reads.
 
 Encoder-decoder objectives (T5 span corruption, BART text infilling)
 -------------------------------------------------------------------
@@ -66,6 +67,7 @@ from ..data import (
     pack_stream,
     tokenize_documents,
 )
+from ..models.registry import get_architecture
 
 IGNORE_INDEX = -100
 LAYOUTS = ("shuffled", "contiguous")
@@ -76,11 +78,12 @@ class ObjectiveSettings:
     """The knobs of the data side, taken from `PretrainArguments`.
 
     max_seq_length: tokens per example (special tokens included).
-    mlm_probability: masking rate; None takes the architecture's default (`arch_settings`), else 15%.
+    mlm_probability: masking rate; None takes the architecture's default (its family record's
+        `pretraining_defaults`), else 15%.
     max_ngram: masked span length limit (ALBERT's n-gram masking); None: the architecture's default, else 1.
     short_seq_prob: share of shorter sentence-pair examples (NSP / SOP).
     seed: seeds the example builders (pair sampling).
-    arch: the architecture name, for `arch_settings`.
+    arch: the architecture name, whose family record may set defaults for the unset fields.
     packing: pack several examples into each row of `max_seq_length` (best fit), each kept apart from the
         others by the model (objectives with `packable`).
     """
@@ -130,7 +133,6 @@ class Objective:
     metrics: Callable[[dict, Any], dict[str, tuple[float, float]]] = _no_metrics
     layout: str = "shuffled"
     config_defaults: Mapping[str, Any] = field(default_factory=dict)
-    arch_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     initial_state: Callable[[int], dict] = _no_state
     step_inputs: Callable[[dict, dict], dict] = _batch_as_inputs
     update_state: Callable[[dict, Any, dict], dict] = _keep_state
@@ -147,8 +149,10 @@ class Objective:
             raise ValueError(f"Objective {self.name!r}: layout must be one of {LAYOUTS}, got {self.layout!r}.")
 
     def resolve(self, settings: ObjectiveSettings) -> ObjectiveSettings:
-        """`settings` with the unset (None) fields taken from this objective's `arch_settings`."""
-        defaults = self.arch_settings.get(settings.arch, {})
+        """`settings` with the unset (None) fields taken from the family record of `settings.arch` (its
+        `pretraining_defaults` for this objective)."""
+        family = get_architecture(settings.arch).family if settings.arch else None
+        defaults = {} if family is None else family.pretraining_defaults.get(self.name, {})
         unset = {k: v for k, v in defaults.items() if getattr(settings, k) is None}
         return replace(settings, **unset)
 
@@ -361,21 +365,17 @@ def _sentence_metric(name: str, logits_key: str, label_key: str):
 # The table
 # ----------------------------------------------------------------------------------------------
 
-_MLM_ARCH_SETTINGS = {
-    "albert": {"max_ngram": 3},          # ALBERT's n-gram masking (Lan et al. 2020, sec. 4.1)
-    "modernbert": {"mlm_probability": 0.3},  # ModernBERT masks 30% (Warner et al. 2024, sec. 2.2)
-}
 _SPARSE = {"sparse_prediction": True}  # heads that can project only the masked positions do so in training
 
 register_objective(Objective(
     name="mlm", description="masked language modelling (15%, 80/10/10)", task="masked-lm",
     build_examples=_mlm_examples, make_collator=_mlm_collator(False),
-    required_tokens=("mask_token", "pad_token"), config_defaults=_SPARSE, arch_settings=_MLM_ARCH_SETTINGS, packable=True,
+    required_tokens=("mask_token", "pad_token"), config_defaults=_SPARSE, packable=True,
 ))
 register_objective(Objective(
     name="wwm", description="whole-word masked language modelling", task="masked-lm",
     build_examples=_wwm_examples, make_collator=_mlm_collator(True),
-    required_tokens=("mask_token", "pad_token"), config_defaults=_SPARSE, arch_settings=_MLM_ARCH_SETTINGS, packable=True,
+    required_tokens=("mask_token", "pad_token"), config_defaults=_SPARSE, packable=True,
 ))
 register_objective(Objective(
     name="mlm+nsp", description="MLM + next-sentence prediction (BERT)", task="pretraining",
@@ -389,7 +389,7 @@ register_objective(Objective(
     build_examples=_pair_examples(create_sop_examples), make_collator=_mlm_collator(False),
     required_tokens=("mask_token", "pad_token", "cls_token", "sep_token"), logits_key="prediction_logits",
     metrics=_sentence_metric("sop_accuracy", "sop_logits", "sentence_order_label"),
-    config_defaults=_SPARSE, arch_settings={"albert": {"max_ngram": 3}},
+    config_defaults=_SPARSE,
 ))
 register_objective(Objective(
     name="clm", description="causal language modelling on packed rows (GPT)", task="causal-lm",

@@ -3,9 +3,10 @@
 from ..registry import register_from_conversion
 from .configuration_roberta import XfmrRobertaConfig
 from .convert_roberta import CONVERSION
+from .family import FAMILY
 from .modeling_roberta import *  # noqa: F403
 from .modeling_roberta import __all__ as _modeling_all
 
-ARCHITECTURE = register_from_conversion("roberta", CONVERSION, objectives=("mlm", "wwm"))
+ARCHITECTURE = register_from_conversion(FAMILY, CONVERSION)
 
 __all__ = ["XfmrRobertaConfig", *_modeling_all]

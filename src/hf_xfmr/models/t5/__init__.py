@@ -3,9 +3,10 @@
 from ..registry import register_from_conversion
 from .configuration_t5 import XfmrT5Config
 from .convert_t5 import CONVERSION
+from .family import FAMILY
 from .modeling_t5 import *  # noqa: F403
 from .modeling_t5 import __all__ as _modeling_all
 
-ARCHITECTURE = register_from_conversion("t5", CONVERSION, objectives=("span-corruption",))
+ARCHITECTURE = register_from_conversion(FAMILY, CONVERSION)
 
 __all__ = ["XfmrT5Config", *_modeling_all]
