@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ..layers.masks import cu_seqlens_from_starts, sequence_starts_from_positions
 
@@ -320,6 +321,12 @@ def collate_extra(columns: dict[str, list], handled: set[str], real: torch.Tenso
                 continue  # not a per-token integer feature (e.g. offsets); drop it
             out[key] = padded
     return out
+
+
+def cu_seqlens_from_lengths(lengths) -> tuple[torch.Tensor, int]:
+    """Document lengths in batch order -> (cu_seqlens int32 [0, l1, l1 + l2, ..., N], max_seqlen)."""
+    lengths = torch.as_tensor(lengths, dtype=torch.int32)  # (D,)
+    return F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0)), int(lengths.max())
 
 
 def cu_seqlens_from_positions(position_ids: torch.Tensor, real: torch.Tensor) -> tuple[torch.Tensor, int]:

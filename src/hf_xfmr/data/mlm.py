@@ -24,6 +24,7 @@ from .collation import (
     intra_op_threads,
     SeededMixin,
     collate_extra,
+    cu_seqlens_from_lengths,
     cu_seqlens_from_positions,
     pad_ragged,
     pad_word_ids,
@@ -217,9 +218,8 @@ class DataCollatorForMLM(SeededMixin):
             if self.return_cu_seqlens:
                 batch["cu_seqlens"], batch["max_seqlen"] = cu_seqlens_from_positions(batch["position_ids"], real)
         elif self.return_cu_seqlens and "seq_lens" in cols:  # packed rows without positions: their lengths
-            lengths = torch.tensor([n for row in cols["seq_lens"] for n in row], dtype=torch.int32)
-            batch["cu_seqlens"] = torch.nn.functional.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
-            batch["max_seqlen"] = int(lengths.max())
+            lengths = [n for row in cols["seq_lens"] for n in row]
+            batch["cu_seqlens"], batch["max_seqlen"] = cu_seqlens_from_lengths(lengths)
         handled = {"input_ids", "attention_mask", "special_tokens_mask", "token_type_ids", "position_ids",
                    "word_ids", "offset_mapping", "labels", "length", "seq_lens", "doc_index"}
         batch.update(collate_extra(cols, handled, real, self.left_pad))

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .collation import pad_ragged
+from .collation import cu_seqlens_from_lengths, pad_ragged
 
 
 def best_fit_bins(lengths: Sequence[int], max_len: int) -> list[list[int]]:
@@ -89,11 +89,9 @@ def collate_packed(rows: Sequence[dict], pad_token_id: int, max_len: int | None 
     position_ids, _ = pad_ragged([r["position_ids"] for r in rows], 0, length=input_ids.shape[1])
     row_doc_ids = [[k for k, n in enumerate(r["seq_lens"]) for _ in range(n)] for r in rows]
     doc_ids, _ = pad_ragged(row_doc_ids, -1, length=input_ids.shape[1])
-    lens = [n for r in rows for n in r["seq_lens"]]
-    cu = torch.zeros(len(lens) + 1, dtype=torch.int32)
-    cu[1:] = torch.cumsum(torch.tensor(lens), 0)
+    cu, max_seqlen = cu_seqlens_from_lengths([n for r in rows for n in r["seq_lens"]])
     return {"input_ids": input_ids, "attention_mask": real.long(), "position_ids": position_ids,
-            "doc_ids": doc_ids, "cu_seqlens": cu, "max_seqlen": max(lens)}
+            "doc_ids": doc_ids, "cu_seqlens": cu, "max_seqlen": max_seqlen}
 
 
 def block_diagonal_mask(doc_ids: torch.Tensor, causal: bool = False) -> torch.Tensor:

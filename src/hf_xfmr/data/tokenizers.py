@@ -12,8 +12,8 @@
 
 Each recipe is its family's (`models/<arch>/family.py`, `hf_xfmr.family.TokenizerRecipe`): architecture names are
 accepted as `kind` too (bert/distilbert -> wordpiece, xlnet/albert/t5 -> unigram, gpt/roberta/bart/modernbert ->
-bpe; DistilBERT shares BERT's recipe and BART RoBERTa's), and a new family brings its own. Token type ids follow each architecture (XLNet gives its
-final <cls> segment id 2). The result is a `PreTrainedTokenizerFast`; `save_pretrained` it.
+bpe; DistilBERT shares BERT's recipe and BART RoBERTa's), and a new family brings its own. Token type ids
+follow each architecture (XLNet gives its final <cls> segment id 2). The result is a `PreTrainedTokenizerFast`; `save_pretrained` it.
 
 A tokenizer emits (`model_input_names`, kept by `save_pretrained`) what its model takes, decided in one place,
 `model_input_names(arch)`: the tokenizer outputs the architecture's base model accepts, `token_type_ids` only

@@ -112,6 +112,36 @@ def varlen_batch(attention_mask, batch, seq_len, cu_seqlens=None, device=None):
     return _varlen(keep, row_lengths, batch, seq_len, cu_seqlens, device)
 
 
+def check_cu_seqlens(cu_seqlens, row_lengths: list | None = None, name: str = "cu_seqlens") -> list | None:
+    """Raise a ValueError naming `name` unless `cu_seqlens` is a 1-D integer tensor of boundaries [0, l1, l1 + l2,
+    ..., N] of documents packed several to a row. With `row_lengths` (the real tokens of each row, on the host)
+    also check that it starts at 0, never decreases, ends at N and lets no document cross a row end, and return
+    the boundaries as a list (one host read)."""
+    if cu_seqlens.dim() != 1 or cu_seqlens.dtype.is_floating_point or cu_seqlens.dtype == torch.bool or \
+            cu_seqlens.numel() < 2:
+        raise ValueError(
+            f"{name} must be a 1-D integer tensor [0, l1, l1 + l2, ..., N] of document boundaries, got "
+            f"shape {tuple(cu_seqlens.shape)} and dtype {cu_seqlens.dtype}."
+        )
+    if row_lengths is None:
+        return None
+    bounds = cu_seqlens.tolist()
+    total = sum(row_lengths)
+    if bounds[0] != 0 or bounds[-1] != total or any(b < a for a, b in zip(bounds[:-1], bounds[1:])):
+        raise ValueError(
+            f"{name} {bounds[:4]}{'...' if len(bounds) > 4 else ''} (ending at {bounds[-1]}) does not match "
+            f"the batch: it must start at 0, never decrease and end at the number of real tokens, {total}. "
+            f"Build it from the same batch (e.g. hf_xfmr.data.collate_packed)."
+        )
+    crossing = sorted(set(accumulate(row_lengths)) - set(bounds))
+    if crossing:
+        raise ValueError(
+            f"{name} lets a document run across a row boundary (real-token offset {crossing[0]}): packed "
+            f"documents must each lie within one row. Build {name} from the same batch."
+        )
+    return bounds
+
+
 def _varlen(keep, row_lengths, batch, seq_len, cu_seqlens, device, dense=False):
     """`varlen_batch` once the rows' numbers of real tokens are on the host; `dense` adds the layout of one
     masked attention call over the documents padded to the longest."""
@@ -126,29 +156,7 @@ def _varlen(keep, row_lengths, batch, seq_len, cu_seqlens, device, dense=False):
             )
         indices = keep.flatten().nonzero().flatten()  # (N,)
     total = sum(row_lengths)
-    row_ends = list(accumulate(row_lengths))
-    if cu_seqlens is None:
-        bounds = [0, *row_ends]
-    else:
-        if cu_seqlens.dim() != 1 or cu_seqlens.dtype.is_floating_point or cu_seqlens.numel() < 2:
-            raise ValueError(
-                f"cu_seqlens must be a 1-D integer tensor [0, l1, l1 + l2, ..., N] of document boundaries, got "
-                f"shape {tuple(cu_seqlens.shape)} and dtype {cu_seqlens.dtype}."
-            )
-        bounds = cu_seqlens.tolist()
-        steps = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
-        if bounds[0] != 0 or bounds[-1] != total or min(steps) < 0:
-            raise ValueError(
-                f"cu_seqlens {bounds[:4]}{'...' if len(bounds) > 4 else ''} (ending at {bounds[-1]}) does not match "
-                f"the batch: it must start at 0, never decrease and end at the number of real tokens, {total}. "
-                f"Build it from the same batch (e.g. hf_xfmr.data.collate_packed)."
-            )
-        crossing = sorted(set(row_ends) - set(bounds))
-        if crossing:
-            raise ValueError(
-                f"cu_seqlens lets a document run across a row boundary (real-token offset {crossing[0]}): packed "
-                f"documents must each lie within one row. Build cu_seqlens from the same batch."
-            )
+    bounds = [0, *accumulate(row_lengths)] if cu_seqlens is None else check_cu_seqlens(cu_seqlens, row_lengths)
     cu = torch.tensor(bounds, dtype=torch.int32, device=device)
     max_seqlen = max(b - a for a, b in zip(bounds[:-1], bounds[1:]))
     dense_index = dense_mask = None
@@ -211,47 +219,38 @@ def encoder_padding(attention_mask, unpad: bool, dense: bool | None = None, pref
     block-diagonal (B, 1, T, T) mask, by the same rules; then there is a layout even without padding.
     Reads the mask to the host once (not when compiling).
     """
-    if starts is not None:
-        return _packed_layout(attention_mask, starts, unpad, dense, prefix_only)
-    if attention_mask is None:
+    if attention_mask is None and starts is None:
         return None, None
+    keep = None if attention_mask is None else attention_mask.bool()
+
+    def padded():  # the padded layout's mask: (B, 1, 1, T) padding, or block-diagonal (B, 1, T, T)
+        if starts is None:
+            return padding_mask(attention_mask)
+        return block_diagonal_mask(document_ids_from_starts(starts, keep))
+
     if torch.compiler.is_compiling():
-        return None, padding_mask(attention_mask)
-    batch, seq_len = attention_mask.shape
-    keep = attention_mask.bool()
+        return None, padded()
+    batch, seq_len = (keep if keep is not None else starts).shape
     if seq_len == 0:
         return None, None
+    row_lengths, first_real = _row_counts(keep, batch, seq_len, prefix_only)
+    if starts is None and all(length == seq_len for length in row_lengths):
+        return None, None
+    if not unpad or PADDED_LAYOUT.get() or not all(first_real):
+        return None, padded()
+    device = (keep if keep is not None else starts).device
+    dense = device.type != "cpu" if dense is None else dense
+    cu_seqlens = None if starts is None else cu_seqlens_from_starts(starts, keep)
+    return _varlen(keep, row_lengths, batch, seq_len, cu_seqlens, device, dense=dense), None
+
+
+def _row_counts(keep, batch: int, seq_len: int, prefix_only: bool) -> tuple[list, list]:
+    """(real tokens of each row, whether each row starts with a real token) as Python lists, in one host read;
+    `prefix_only`: a row with padding followed by a real token counts as not starting with one."""
+    if keep is None:
+        return [seq_len] * batch, [1] * batch
     starts_real = keep[:, 0]  # (B,)
     if prefix_only:  # and no padding followed by a real token
         starts_real = starts_real & ~(keep[:, 1:] & ~keep[:, :-1]).any(dim=-1)
     counts = torch.cat([keep.sum(dim=-1), starts_real.long()]).tolist()  # one host read: (2B,)
-    row_lengths, first_real = counts[:batch], counts[batch:]
-    if all(length == seq_len for length in row_lengths):
-        return None, None
-    if not unpad or PADDED_LAYOUT.get() or not all(first_real):
-        return None, padding_mask(attention_mask)
-    device = attention_mask.device
-    dense = device.type != "cpu" if dense is None else dense
-    return _varlen(keep, row_lengths, batch, seq_len, None, device, dense=dense), None
-
-
-def _packed_layout(attention_mask, starts, unpad: bool, dense: bool | None, prefix_only: bool):
-    """`encoder_padding` for a batch of packed sequences (`starts` (B, T)): `(VarlenBatch, None)` with one
-    document per sequence, or `(None, mask)` with the block-diagonal (B, 1, T, T) bool mask."""
-    batch, seq_len = starts.shape
-    keep = None if attention_mask is None else attention_mask.bool()
-    if torch.compiler.is_compiling() or not unpad or PADDED_LAYOUT.get():
-        return None, block_diagonal_mask(document_ids_from_starts(starts, keep))
-    if keep is None:
-        row_lengths, first_real = [seq_len] * batch, [1] * batch
-    else:
-        starts_real = keep[:, 0]  # (B,)
-        if prefix_only:  # and no padding followed by a real token
-            starts_real = starts_real & ~(keep[:, 1:] & ~keep[:, :-1]).any(dim=-1)
-        counts = torch.cat([keep.sum(dim=-1), starts_real.long()]).tolist()  # one host read: (2B,)
-        row_lengths, first_real = counts[:batch], counts[batch:]
-    if not all(first_real):
-        return None, block_diagonal_mask(document_ids_from_starts(starts, keep))
-    device = starts.device
-    dense = device.type != "cpu" if dense is None else dense
-    return _varlen(keep, row_lengths, batch, seq_len, cu_seqlens_from_starts(starts, keep), device, dense=dense), None
+    return counts[:batch], counts[batch:]

@@ -342,6 +342,11 @@ def _conversion_for(model_type: str, *, ours: bool) -> Conversion:
     raise ValueError(f"hf_xfmr cannot convert {side} model type {model_type!r}; supported: {known}.")
 
 
+def _hf_conversion(model_type) -> Conversion | None:
+    """The conversion of transformers' `model_type` (a family we convert), or None."""
+    return next((c for c in conversions() if c.hf_model_type == model_type), None)
+
+
 def _load_state(model: PreTrainedModel, state_dict: dict) -> None:
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
     if missing or unexpected:
@@ -535,7 +540,7 @@ def from_transformers(src, *, task: str | None = None, revision: str | None = No
             raise FileNotFoundError(f"{path} is not a directory; pass a transformers model, a checkpoint folder or "
                                     f"a Hub repo id ('org/name').")
         saved = read_config(path) or {}
-        conversion = next((c for c in conversions() if c.hf_model_type == saved.get("model_type")), None)
+        conversion = _hf_conversion(saved.get("model_type"))
         load_kwargs, overrides = {}, {}
         if conversion is not None:  # (otherwise _load_folder or _convert says what the folder is not)
             config_kwargs = _label_keywords(config_kwargs, saved.get("id2label"))
@@ -689,6 +694,13 @@ def _family_message(cls, src, model_type) -> str:
             f"matching hf_xfmr model; supported transformers model types: {supported}.")
 
 
+def _source_model_type(src, kwargs: dict) -> tuple[dict, str | None]:
+    """(the Hub keywords among a `from_pretrained` call's `kwargs`, the `model_type` of `src`'s config.json or
+    None): what the loaders below decide by."""
+    hub = {name: kwargs[name] for name in _HUB_KWARGS if kwargs.get(name) is not None}
+    return hub, (read_config(src, **hub) or {}).get("model_type")
+
+
 def _from_pretrained(cls, load, src, *model_args, **kwargs):
     """The loader behind `Xfmr*.from_pretrained` (installed in `load_hook.LOADERS`).
 
@@ -700,11 +712,10 @@ def _from_pretrained(cls, load, src, *model_args, **kwargs):
     """
     if not isinstance(src, (str, os.PathLike)):
         return load(src, *model_args, **kwargs)
-    hub = {name: kwargs[name] for name in _HUB_KWARGS if kwargs.get(name) is not None}
-    model_type = (read_config(src, **hub) or {}).get("model_type")
+    hub, model_type = _source_model_type(src, kwargs)
     if model_type is None or model_type == cls.config_class.model_type:
         return load(src, *model_args, **kwargs)
-    conversion = next((c for c in conversions() if c.hf_model_type == model_type), None)
+    conversion = _hf_conversion(model_type)
     if conversion is None or conversion.config_class.model_type != cls.config_class.model_type:
         raise ValueError(_family_message(cls, src, model_type))
     if model_args:
@@ -751,12 +762,11 @@ def _config_from_pretrained(cls, load, src, **kwargs):
     of type `xfmr-bert`" warning. Anything else goes to transformers' own `load` unchanged."""
     if not isinstance(src, (str, os.PathLike)) or kwargs.get("return_unused_kwargs"):
         return load(src, **kwargs)
-    hub = {name: kwargs[name] for name in _HUB_KWARGS if kwargs.get(name) is not None}
     try:
-        model_type = (read_config(src, **hub) or {}).get("model_type")
+        hub, model_type = _source_model_type(src, kwargs)
     except (OSError, ValueError):  # not a checkpoint: transformers' own loader says what is wrong
         return load(src, **kwargs)
-    conversion = next((c for c in conversions() if c.hf_model_type == model_type), None)
+    conversion = _hf_conversion(model_type)
     if conversion is None or conversion.config_class.model_type != cls.model_type:
         return load(src, **kwargs)
     config = checkpoint_config(resolve_checkpoint(src, **hub))

@@ -140,9 +140,10 @@ class EncoderStack:
     def set_input_embeddings(self, value):
         self.embeddings.word_embeddings = value
 
-    def run_encoder(self, layers, inputs: dict, attention_mask, seq_len: int, output_attentions: bool,
+    def run_encoder(self, layers, inputs: dict, attention_mask, shape: tuple, output_attentions: bool,
                     output_hidden_states: bool, packed: dict | None = None):
-        """Embed `inputs` (the embeddings' keyword arguments, `position_ids` among them) and run `layers`.
+        """Embed `inputs` (the embeddings' keyword arguments, `position_ids` among them; `shape` their (B, T)) and
+        run `layers`.
 
         One decision per forward (`layers.padding.encoder_padding`): the real tokens only, or the padded
         layout with a mask, or without one. A 4-D `attention_mask` is used as given, on the padded layout.
@@ -151,7 +152,7 @@ class EncoderStack:
         state (B, T, C), all hidden states or None, all attention weights or None); hidden states are zeros at
         padding positions when unpadded.
         """
-        batch = next(x for x in inputs.values() if x is not None).shape[0]
+        batch, seq_len = shape
         starts = packed_sequence_starts(self, batch, seq_len, attention_mask, inputs["position_ids"], packed=packed)
         check_packed_positions(self, inputs["position_ids"], starts, self.embeddings.first_position)
         if attention_mask is not None and attention_mask.dim() == 4:
@@ -208,7 +209,7 @@ class PooledEncoderStack(EncoderStack):
         """input_ids / token_type_ids / position_ids / attention_mask (B, T) (or a ready-made (B, 1, T, T) mask),
         or inputs_embeds (B, T, width of the word embeddings). `packed`: the boundaries of packed sequences
         (`models.packing`). `hidden_states` holds the embeddings' output and every layer's."""
-        _, seq_len = check_encoder_inputs(
+        shape = check_encoder_inputs(
             input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
             vocab_size=self.config.vocab_size, type_vocab_size=self.config.type_vocab_size, **self.position_limits(),
         )
@@ -217,7 +218,7 @@ class PooledEncoderStack(EncoderStack):
         inputs = {"input_ids": input_ids, "token_type_ids": token_type_ids, "position_ids": position_ids,
                   "inputs_embeds": inputs_embeds}
         hidden_states, all_hidden_states, all_attentions = self.run_encoder(
-            self.encoder_layers(), inputs, attention_mask, seq_len, output_attentions, output_hidden_states, packed)
+            self.encoder_layers(), inputs, attention_mask, shape, output_attentions, output_hidden_states, packed)
         pooled = self.pooler(hidden_states) if self.pooler is not None else None
         output = BaseModelOutputWithPooling(
             last_hidden_state=hidden_states, pooler_output=pooled,

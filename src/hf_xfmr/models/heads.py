@@ -198,9 +198,11 @@ def _forward_parameters(model_class) -> frozenset:
     if model_class not in _PARAMETERS:
         params = inspect.signature(model_class.forward).parameters.values()
         names = {p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
-        for p in params:
-            if p.kind == p.VAR_KEYWORD:
-                names.update(PACKED_INPUTS) if p.name == "packed" else names.add("**")
+        var_keywords = [p.name for p in params if p.kind == p.VAR_KEYWORD]
+        if var_keywords == ["packed"]:  # `**packed`: the packed-sequence keywords only
+            names.update(PACKED_INPUTS)
+        elif var_keywords:
+            names.add("**")
         _PARAMETERS[model_class] = frozenset(names - {"self"})
     return _PARAMETERS[model_class]
 

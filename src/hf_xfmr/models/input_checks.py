@@ -61,16 +61,14 @@ def check_attention_mask(name: str, mask: torch.Tensor | None) -> None:
         raise ValueError(f"`{name}` contains {bad!r}. {advice}")
 
 
-def check_4d_mask(attention_mask, batch: int, q_len: int, k_len: int):
-    """A ready-made (B or 1, 1, T, S) mask as transformers takes it: bool (True = may attend) or an additive float
-    bias (0 = attend, a large negative value = hidden); an integer 0/1 mask is read as bool. Returns the mask."""
+def check_4d_mask(attention_mask, batch: int, q_len: int, k_len: int) -> None:
+    """A ready-made mask must be (B or 1, 1, T, S), as transformers takes it: bool (True = may attend), an additive
+    float bias (0 = attend, a large negative value = hidden) or integer 0/1 (`layers.masks.ready_mask` reads
+    each as the kernels take it)."""
     shape = tuple(attention_mask.shape)
     if attention_mask.dim() != 4 or shape[0] not in (1, batch) or shape[1] != 1 or shape[2:] != (q_len, k_len):
         raise ValueError(f"A 4-D `attention_mask` must have shape ({batch}, 1, {q_len}, {k_len}) (bool: True = may "
                          f"attend; or an additive float mask: 0 = attend), got {shape}.")
-    if attention_mask.dtype == torch.bool or attention_mask.is_floating_point():
-        return attention_mask
-    return attention_mask != 0
 
 
 def check_value_range(name: str, tensor: torch.Tensor, low: int, high: int, advice: str,

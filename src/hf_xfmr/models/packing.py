@@ -6,12 +6,12 @@ layout needs: varlen boundaries when it runs the real tokens only (`layers.paddi
 block-diagonal mask when it runs the padded layout (`layers.masks.document_ids_from_starts`), and positions
 counted within each sequence when none are given (`layers.masks.positions_in_sequences`).
 
-| keywords                                              | sent by                                             |
-|-------------------------------------------------------|-----------------------------------------------------|
-| `cu_seq_lens_q`, `cu_seq_lens_k`, `max_length_q`, `max_length_k` | transformers' `DataCollatorWithFlattening(return_flash_attn_kwargs=True)` |
-| `seq_idx`                                             | the same collator with `return_seq_idx=True`        |
-| `cu_seqlens`, `max_seqlen`, `doc_ids`                 | `hf_xfmr.data.collate_packed`, `DataCollatorForMLM(return_cu_seqlens=True)` |
-| `position_ids` that restart inside a row              | any padding-free collator (`config.packed_position_ids`) |
+| keywords                                      | sent by                                                       |
+|-----------------------------------------------|---------------------------------------------------------------|
+| `cu_seq_lens_q` / `_k`, `max_length_q` / `_k` | transformers' `DataCollatorWithFlattening`, flash kwargs on    |
+| `seq_idx`                                     | the same collator with `return_seq_idx=True`                  |
+| `cu_seqlens`, `max_seqlen`, `doc_ids`         | `data.collate_packed`, `DataCollatorForMLM(return_cu_seqlens)` |
+| `position_ids` that restart inside a row      | any padding-free collator (`config.packed_position_ids`)      |
 
 `cu_seq_lens_*` / `cu_seqlens` index the real tokens taken row by row ([0, l1, l1 + l2, ..., N]); `seq_idx` /
 `doc_ids` number the sequences of each row (-1 on padding). The maximum lengths are accepted and recomputed.
@@ -30,6 +30,7 @@ from ..layers.masks import (
     sequence_starts_from_ids,
     sequence_starts_from_positions,
 )
+from ..layers.padding import check_cu_seqlens
 from .input_checks import check_tensor
 
 BOUNDARY_INPUTS = ("cu_seqlens", "cu_seq_lens_q", "cu_seq_lens_k", "doc_ids", "seq_idx")
@@ -95,11 +96,12 @@ def _explicit_starts(packed: dict, keep, batch: int, seq_len: int):
         (name, cu), *others = bounds
         for other, value in others:
             if value.shape != cu.shape or not torch.equal(value.to(cu.device, cu.dtype), cu):
-                raise ValueError(f"`{name}` and `{other}` differ: in self-attention the queries and the keys are the same "
-                                 f"tokens, so both must hold the same sequence boundaries.")
+                raise ValueError(f"`{name}` and `{other}` differ: in self-attention the queries and the keys are the "
+                                 f"same tokens, so both must hold the same sequence boundaries.")
         if keep is None:
             keep = torch.ones(batch, seq_len, dtype=torch.bool, device=cu.device)
-        _check_cu_seqlens(name, cu, keep)
+        compiled = torch.compiler.is_compiling()  # (no host reads in a graph: only the static checks)
+        check_cu_seqlens(cu, None if compiled else keep.sum(dim=-1).tolist(), name=name)
         return sequence_starts_from_cu_seqlens(cu.to(keep.device), keep)
     name = "doc_ids" if "doc_ids" in packed else "seq_idx"
     ids = packed[name]
@@ -108,27 +110,6 @@ def _explicit_starts(packed: dict, keep, batch: int, seq_len: int):
         raise ValueError(f"`{name}` must be an integer tensor of shape ({batch}, {seq_len}) numbering the packed "
                          f"sequences of each row, got shape {tuple(ids.shape)} and dtype {ids.dtype}.")
     return sequence_starts_from_ids(ids)
-
-
-def _check_cu_seqlens(name: str, cu, keep) -> None:
-    """`cu` must be [0, l1, l1 + l2, ..., N] over the N real tokens, with a boundary at every row end."""
-    if cu.dim() != 1 or cu.dtype.is_floating_point or cu.dtype == torch.bool or cu.numel() < 2:
-        raise ValueError(f"`{name}` must be a 1-D integer tensor [0, l1, l1 + l2, ..., N] of sequence boundaries, got "
-                         f"shape {tuple(cu.shape)} and dtype {cu.dtype}.")
-    if torch.compiler.is_compiling():
-        return
-    bounds = cu.tolist()
-    row_ends = keep.sum(dim=-1).cumsum(0).tolist()  # one host read each
-    total = row_ends[-1]
-    if bounds[0] != 0 or bounds[-1] != total or any(b < a for a, b in zip(bounds[:-1], bounds[1:])):
-        shown = f"{bounds[:4]}{'...' if len(bounds) > 4 else ''}"
-        raise ValueError(f"{name} {shown} (ending at {bounds[-1]}) does not match the batch: it must start at 0, never "
-                         f"decrease and end at the number of real tokens, {total}. Build it from the same batch.")
-    crossing = sorted(set(row_ends) - set(bounds))
-    if crossing:
-        raise ValueError(f"`{name}` lets a sequence run across a row boundary (after real token {crossing[0]}): packed "
-                         f"sequences must each lie within one row. Build it from the same batch.")
-
 
 
 def check_packed_positions(model, position_ids, starts, first_position: int) -> None:

@@ -219,15 +219,13 @@ class XfmrBartStack(nn.Module):
         if self.is_decoder and starts is not None:
             documents, starts = document_ids_from_starts(starts, attention_mask.bool() if two_d else None), None
         varlen = packed_mask = None
-        if (two_d or starts is not None) and not torch.compiler.is_compiling():
+        if starts is not None or (two_d and not torch.compiler.is_compiling()):
             unpad = not self.is_decoder and self.config.unpad_inputs and not output_attentions
-            varlen, padded = encoder_padding(attention_mask if two_d else None, unpad=unpad, starts=starts)
+            varlen, padded = encoder_padding(attention_mask, unpad=unpad, starts=starts)
             if varlen is None and padded is None:
                 attention_mask = None
             elif starts is not None:
                 packed_mask = padded  # the block-diagonal (B, 1, T, T) mask, or None when unpadded
-        elif starts is not None:  # compiled: the padded layout with a block-diagonal mask
-            packed_mask = encoder_padding(attention_mask if two_d else None, unpad=False, starts=starts)[1]
         if varlen is not None:  # the embeddings take the real tokens as one (1, N) row, with their positions
             inputs_embeds, position_ids = varlen.unpad_inputs(inputs_embeds, position_ids)
         hidden_states = inputs_embeds + self.embed_positions(position_ids + POSITION_OFFSET)  # (B, T, C) or (1, N, C)

@@ -141,7 +141,7 @@ class XfmrDistilBertModel(EncoderStack, XfmrDistilBertPreTrainedModel):
     ):
         """As `XfmrBertModel.forward` without token types: a (B, T) or ready-made (B, 1, T, T) mask, and the
         boundaries of packed sequences (`models.packing`)."""
-        _, seq_len = check_encoder_inputs(
+        shape = check_encoder_inputs(
             input_ids, inputs_embeds, attention_mask, None, position_ids,
             vocab_size=self.config.vocab_size, type_vocab_size=None,
             max_positions=self.config.max_position_embeddings,
@@ -151,7 +151,7 @@ class XfmrDistilBertModel(EncoderStack, XfmrDistilBertPreTrainedModel):
 
         inputs = {"input_ids": input_ids, "position_ids": position_ids, "inputs_embeds": inputs_embeds}
         hidden_states, all_hidden_states, all_attentions = self.run_encoder(
-            self.layers, inputs, attention_mask, seq_len, output_attentions, output_hidden_states, packed)
+            self.layers, inputs, attention_mask, shape, output_attentions, output_hidden_states, packed)
 
         output = BaseModelOutput(last_hidden_state=hidden_states, hidden_states=all_hidden_states,
                                  attentions=all_attentions)

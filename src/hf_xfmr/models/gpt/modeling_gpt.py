@@ -247,9 +247,10 @@ class XfmrGPTModel(XfmrGPTPreTrainedModel):
         # sequence per row, or per packed sequence), or the padded layout with a mask, or without one (a 2-D mask
         # of all ones is dropped so SDPA takes its causal kernel).
         varlen = None
-        if (keep is not None or starts is not None) and not torch.compiler.is_compiling():
-            unpad = config.unpad_inputs and not output_attentions and not cache_given
-            varlen, padded = encoder_padding(attention_mask if keep is not None else None, unpad=unpad, starts=starts)
+        unpad = config.unpad_inputs and not output_attentions and not cache_given
+        if (keep is not None or (starts is not None and unpad)) and not torch.compiler.is_compiling():
+            # (packed sequences kept padded take `documents` below, not encoder_padding's bidirectional mask)
+            varlen, padded = encoder_padding(attention_mask, unpad=unpad, starts=starts if unpad else None)
             if varlen is None and padded is None:
                 attention_mask = None
         # packed sequences on the padded layout: a block-diagonal causal mask

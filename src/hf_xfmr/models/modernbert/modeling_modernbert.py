@@ -36,8 +36,9 @@ from ...layers.init import truncated_normal_init_
 from ...layers.masks import (
     block_diagonal_mask,
     cu_seqlens_from_starts,
-    document_ids_from_cu_seqlens,
+    document_ids_from_starts,
     padding_mask,
+    positions_in_sequences,
     ready_mask,
     restrict_mask,
     sliding_window_mask,
@@ -211,39 +212,26 @@ class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
         device = (input_ids if input_ids is not None else inputs_embeds).device
         four_d = attention_mask is not None and attention_mask.dim() == 4
         padding = None if four_d else attention_mask  # (B, T) 0/1 or None
+        keep = None if padding is None else padding.bool()
         starts = packed_sequence_starts(self, batch, seq_len, attention_mask, position_ids, packed=packed)
-        packed = starts is not None
-        cu_seqlens = cu_seqlens_from_starts(starts, None if padding is None else padding.bool()) if packed else None
+        cu_seqlens = None if starts is None else cu_seqlens_from_starts(starts, keep)
         varlen = varlen_batch(padding, batch, seq_len, cu_seqlens, device=device)
 
-        if position_ids is None:
-            position_ids = self._default_positions(varlen, batch, seq_len, packed, device)
+        if position_ids is None:  # 0..T-1 on every row (as the reference), or restarting per packed sequence
+            position_ids = torch.arange(seq_len, device=device).expand(batch, seq_len) if starts is None else \
+                positions_in_sequences(starts, keep)  # (B, T)
         else:
             position_ids = position_ids.expand(batch, seq_len)
 
         if output_attentions or not self.config.unpad_inputs or four_d:
             hidden, all_hidden, all_attentions = self._forward_padded(
-                input_ids, inputs_embeds, position_ids, attention_mask, varlen, packed,
-                output_attentions, output_hidden_states)
+                input_ids, inputs_embeds, position_ids, attention_mask, starts, output_attentions, output_hidden_states)
         else:
             hidden, all_hidden = self._forward_unpadded(
                 input_ids, inputs_embeds, position_ids, varlen, batch, seq_len, output_hidden_states)
             all_attentions = None
         output = BaseModelOutput(last_hidden_state=hidden, hidden_states=all_hidden, attentions=all_attentions)
         return output if return_dict else output.to_tuple()
-
-    def _default_positions(self, varlen, batch, seq_len, packed, device):
-        """(B, T) positions: 0..T-1 on every row (as the reference), or restarting per packed document."""
-        positions = torch.arange(seq_len, device=device).expand(batch, seq_len)  # (B, T)
-        if not packed:
-            return positions
-        starts = varlen.cu_seqlens[:-1].long()  # (D,)
-        total = varlen.bounds[-1]
-        doc = document_ids_from_cu_seqlens(varlen.cu_seqlens, total)  # (N,)
-        in_doc = torch.arange(total, device=device) - starts[doc]  # (N,) position within its document
-        flat = torch.zeros(batch * seq_len, dtype=torch.long, device=device)
-        index = varlen.indices if varlen.indices is not None else torch.arange(total, device=device)
-        return flat.index_put((index,), in_doc).view(batch, seq_len)
 
     def _forward_unpadded(self, input_ids, inputs_embeds, position_ids, varlen, batch, seq_len,
                           output_hidden_states):
@@ -274,18 +262,16 @@ class XfmrModernBertModel(XfmrModernBertPreTrainedModel):
             all_hidden = tuple(pad(h) for h in all_hidden)
         return pad(hidden), all_hidden
 
-    def _forward_padded(self, input_ids, inputs_embeds, position_ids, attention_mask, varlen, packed,
-                        output_attentions, output_hidden_states):
-        batch, seq_len = position_ids.shape
+    def _forward_padded(self, input_ids, inputs_embeds, position_ids, attention_mask, starts, output_attentions,
+                        output_hidden_states):
+        seq_len = position_ids.shape[1]
         hidden = self.embeddings(input_ids=input_ids, inputs_embeds=inputs_embeds)  # (B, T, C)
         device = hidden.device
         if attention_mask is not None and attention_mask.dim() == 4:  # ready-made: used as given
             global_mask, attention_mask = ready_mask(attention_mask), None
-        elif packed:  # documents by id, -1 at padding: attention stays within each document
-            doc = torch.full((batch * seq_len,), -1, dtype=torch.long, device=device)
-            index = varlen.indices if varlen.indices is not None else torch.arange(batch * seq_len, device=device)
-            doc = doc.index_put((index,), document_ids_from_cu_seqlens(varlen.cu_seqlens, varlen.bounds[-1]))
-            global_mask = block_diagonal_mask(doc.view(batch, seq_len))  # (B, 1, T, T)
+        elif starts is not None:  # packed sequences: attention stays within each (ids -1 at padding)
+            keep = None if attention_mask is None else attention_mask.bool()
+            global_mask = block_diagonal_mask(document_ids_from_starts(starts, keep))  # (B, 1, T, T)
         else:
             global_mask = None if attention_mask is None else padding_mask(attention_mask)  # (B, 1, 1, T)
         window = sliding_window_mask(seq_len, self.config.local_attention, device=device)  # (T, T)

@@ -258,7 +258,7 @@ class XfmrT5Stack(nn.Module):
         # its real tokens only; otherwise the padded layout with a mask, or without one when nothing is hidden.
         varlen = None
         two_d = attention_mask is not None and attention_mask.dim() == 2
-        if (two_d or starts is not None) and not torch.compiler.is_compiling():
+        if starts is not None or (two_d and not torch.compiler.is_compiling()):
             unpad = not self.is_decoder and self.config.unpad_inputs and not output_attentions
             varlen, padded = encoder_padding(attention_mask, unpad=unpad, prefix_only=True,  # relative positions
                                              starts=starts)
@@ -266,8 +266,6 @@ class XfmrT5Stack(nn.Module):
                 attention_mask = None  # nothing to hide: the bias stays (1, H, T, P + T), shared by the batch
             elif padded is not None and starts is not None:
                 attention_mask = padded  # packed sequences: the block-diagonal (B, 1, T, T) mask
-        elif starts is not None:  # compiled: the padded layout with a block-diagonal mask
-            attention_mask = encoder_padding(attention_mask, unpad=False, starts=starts)[1]
         if varlen is not None:  # the bias of the longest sequence, (1, H, L, L); each sequence takes its corner
             mask = self.self_attention_mask(None, varlen.max_seqlen, 0, inputs_embeds.dtype)
             if varlen.dense_mask is not None:  # one masked call per layer: the keys past each end hidden once here

@@ -463,7 +463,10 @@ class XfmrXLNetModel(XfmrXLNetPreTrainedModel):
                                            vocab_size=config.vocab_size, type_vocab_size=None, max_positions=None)
         self._check_inputs(batch, qlen, mems, perm_mask, target_mapping, perm_ranks, target_positions,
                            attention_mask, input_mask)
-        real = attention_mask if attention_mask is not None else None if input_mask is None else input_mask == 0
+        pad = None if input_mask is None else input_mask > 0  # (B, L) True at padding
+        if attention_mask is not None:
+            pad = attention_mask == 0
+        real = None if pad is None else ~pad  # (B, L) True at real tokens
         starts = packed_sequence_starts(self, batch, qlen, real, position_ids, packed=packed)
         if starts is not None and mems is not None:
             raise ValueError("Packed sequences cannot read `mems`: the memory continues one text per row. Pass "
@@ -477,13 +480,10 @@ class XfmrXLNetModel(XfmrXLNetPreTrainedModel):
         mlen = mems[0].shape[0] if mems is not None else 0
         # masks: the query stream's rows, then who may not attend to whom in each stream
         rows = self._query_rows(target_positions, target_mapping, dtype)
-        pad = None if input_mask is None else input_mask > 0  # (B, L) True at padding
-        if attention_mask is not None:
-            pad = attention_mask == 0
         if starts is not None:  # True where a token may not see another sequence's
-            documents = document_ids_from_starts(starts, None if real is None else real.bool())  # (B, L)
-            pad = documents[:, :, None] != documents[:, None, :] if pad is None else \
-                (documents[:, :, None] != documents[:, None, :]) | pad[:, None, :]  # (B, L, L)
+            documents = document_ids_from_starts(starts, real)  # (B, L)
+            other = documents[:, :, None] != documents[:, None, :]  # (B, L, L)
+            pad = other if pad is None else other | pad[:, None, :]
         hidden_h, hidden_g = self._hidden_masks(batch, qlen, mlen, device, pad, perm_mask, perm_ranks, rows.positions)
         mask_h, mask_g = additive_mask(hidden_h, dtype), additive_mask(hidden_g, dtype)  # (B, L, K), (B, P, K)
         key_types = self._key_types(token_type_ids, batch, mlen, dtype)  # (B, 1, K, S) or None
