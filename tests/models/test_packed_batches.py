@@ -25,6 +25,7 @@ from hf_xfmr.models import architectures, get_architecture
 from ..doc_snippets import run_checking_comments, snippet
 
 ARCHS = [arch.name for arch in architectures()]
+CAUSAL_DECODERS = ("gpt", "llama", "mixtral")  # a 4-D mask is used as given: it must say causal itself
 LM_TASKS = [(arch.name, task) for arch in architectures() for task in ("masked-lm", "causal-lm") if task in arch.classes]
 LENGTHS = (7, 4, 9, 3, 5)
 ATOL = 1e-5
@@ -180,7 +181,7 @@ def test_a_4d_mask_gives_the_outputs_of_the_2d_mask_it_expands(arch, kind, attn)
     mask = torch.ones_like(ids)
     mask[1, 5:] = 0
     mask[2, 2:] = 0
-    causal = arch == "gpt"
+    causal = arch in CAUSAL_DECODERS
     extra = {"decoder_input_ids": ids[:, :4]} if model.config.is_encoder_decoder else {}
     with torch.no_grad():
         expected = model(input_ids=ids, attention_mask=mask, **extra)
@@ -202,7 +203,7 @@ def test_a_block_diagonal_4d_mask_keeps_packed_sequences_apart(arch):
     batch, places = packed_batch("position_ids", seqs, model)
     doc = torch.repeat_interleave(torch.arange(len(seqs)), torch.tensor([len(s) for s in seqs]))
     allowed = doc[:, None] == doc[None, :]
-    if arch == "gpt":
+    if arch in CAUSAL_DECODERS:
         allowed &= torch.tril(torch.ones_like(allowed))
     with torch.no_grad():
         out = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],

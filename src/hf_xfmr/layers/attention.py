@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from .dropout import dropout as apply_dropout
 from .fused_dropout import attention_with_dropout
 from .masks import block_diagonal_mask, causal_mask, combine_masks, document_ids_from_cu_seqlens
-from .masks import sliding_window_mask
+from .masks import causal_window_mask, restrict_mask, sliding_window_mask
 
 
 def _is_training(module):
@@ -384,3 +384,30 @@ def self_attention(module, kernel, query, key, value, attention_mask=None, varle
         return out, None
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # (B, H, T, D)
     return kernel(module, q, k, v, attention_mask, scaling=scaling, dropout=dropout)
+
+
+def repeat_kv_heads(x, groups: int, dim: int):
+    """Grouped-query attention (Ainslie et al., 2023, "GQA"): each of the Hkv key/value heads along `dim` serves
+    `groups` consecutive query heads. (..., Hkv, ...) -> (..., Hkv * groups, ...); a no-op for groups == 1."""
+    if groups == 1:
+        return x
+    dim = dim % x.dim()
+    shape = list(x.shape)
+    expanded = x.unsqueeze(dim + 1).expand(*shape[:dim + 1], groups, *shape[dim + 1:])  # (..., Hkv, g, ...)
+    return expanded.flatten(dim, dim + 1)  # (..., Hkv * g, ...)
+
+
+def causal_window_kernel(kernel, window=None):
+    """`kernel` made causal, and with `window` limited to the last `window` keys (`masks.causal_window_mask`),
+    for calls on one sequence whose queries are the last of its keys (the varlen path, document by document).
+    A mask the caller passes (padding of a dense layout) is kept and the causal band ANDed into it; without a
+    window, or when every key lies within it, the kernel's own causal path runs."""
+
+    def attend(module, query, key, value, attention_mask, **kwargs):
+        q_len, k_len = query.shape[-2], key.shape[-2]
+        if window is None or k_len <= window:
+            return kernel(module, query, key, value, attention_mask, is_causal=True, **kwargs)
+        band = causal_window_mask(q_len, k_len, window, device=query.device)  # (Tq, Tk)
+        return kernel(module, query, key, value, restrict_mask(attention_mask, band), **kwargs)
+
+    return attend

@@ -220,3 +220,15 @@ def decoder_attention_mask(attention_mask, q_len, k_len, document_ids=None, devi
             raise ValueError("document_ids need q_len == k_len: packed documents cannot follow a cache")
         mask = mask & (document_ids[:, :, None] == document_ids[:, None, :])[:, None]  # (B, 1, T, T)
     return mask, False
+
+
+def causal_window_mask(q_len, k_len, window, device=None):
+    """Bool (q_len, k_len): causal attention limited to the last `window` keys, the query's own included
+    (Mistral's sliding window: key j is visible to query i iff 0 <= i - j < window). Aligned to the end of the
+    keys as `causal_mask` is: with k_len - q_len cached keys in front, query i sits at i + (k_len - q_len)."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    i = torch.arange(q_len, device=device)[:, None] + (k_len - q_len)  # (q_len, 1) absolute query positions
+    j = torch.arange(k_len, device=device)[None, :]  # (1, k_len)
+    distance = i - j
+    return (distance >= 0) & (distance < window)

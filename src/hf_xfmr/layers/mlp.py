@@ -58,3 +58,19 @@ class GLU(nn.Module):
     def forward(self, x):
         x_in, gate = self.up_proj(x).chunk(2, dim=-1)  # 2 x (..., intermediate_size)
         return self.down_proj(self.dropout(self.act(x_in) * gate))
+
+
+class GatedMLP(nn.Module):
+    """(..., C) -> (..., C): down_proj(act(gate_proj(x)) * up_proj(x)), SwiGLU with activation "silu"
+    (Shazeer 2020; Llama, Mistral, Qwen2). Separate gate and up projections, as their checkpoints store them,
+    so LoRA can target each."""
+
+    def __init__(self, hidden_size, intermediate_size, activation="silu", bias=False):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.act = get_activation(activation)
+
+    def forward(self, x):
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))

@@ -197,7 +197,8 @@ def labels_read_padding(labels, attention_mask) -> bool:
     return bool(((labels != -100) & (attention_mask == 0)).any())
 
 
-def encoder_padding(attention_mask, unpad: bool, dense: bool | None = None, prefix_only: bool = False, starts=None):
+def encoder_padding(attention_mask, unpad: bool, dense: bool | None = None, prefix_only: bool = False, starts=None,
+                    any_side: bool = False):
     """How a bidirectional encoder runs a (B, T) batch: `(varlen, mask)`, at most one of them set.
 
     - no mask, or no padding: `(None, None)`, the padded layout without a mask (the fastest kernels, no
@@ -217,6 +218,8 @@ def encoder_padding(attention_mask, unpad: bool, dense: bool | None = None, pref
     `starts` (B, T) bool, True where a packed sequence begins (`models.packing.packed_sequence_starts`): each
     sequence attends to itself only, unpadded (one varlen document per sequence) or padded with a
     block-diagonal (B, 1, T, T) mask, by the same rules; then there is a layout even without padding.
+    `any_side` (decoders, which read no fixed position): rows that start with padding (left padding) are unpadded
+    too; a row without any real token (a prefill chunk of a left-padded row) keeps the batch padded.
     Reads the mask to the host once (not when compiling).
     """
     if attention_mask is None and starts is None:
@@ -236,7 +239,7 @@ def encoder_padding(attention_mask, unpad: bool, dense: bool | None = None, pref
     row_lengths, first_real = _row_counts(keep, batch, seq_len, prefix_only)
     if starts is None and all(length == seq_len for length in row_lengths):
         return None, None
-    if not unpad or PADDED_LAYOUT.get() or not all(first_real):
+    if not unpad or PADDED_LAYOUT.get() or not (any_side or all(first_real)) or (any_side and 0 in row_lengths):
         return None, padded()
     device = (keep if keep is not None else starts).device
     dense = device.type != "cpu" if dense is None else dense

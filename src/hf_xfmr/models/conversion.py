@@ -342,6 +342,16 @@ def _conversion_for(model_type: str, *, ours: bool) -> Conversion:
     raise ValueError(f"hf_xfmr cannot convert {side} model type {model_type!r}; supported: {known}.")
 
 
+def conversion_of_config(config) -> Conversion:
+    """The conversion of one of our configs. Where several transformers model types convert to the same hf_xfmr
+    family (Llama, Mistral and Qwen2 are one), the config names its own in `hf_model_type`."""
+    wanted = getattr(config, "hf_model_type", None)
+    for conversion in conversions():
+        if conversion.config_class.model_type == config.model_type and conversion.hf_model_type == wanted:
+            return conversion
+    return _conversion_for(config.model_type, ours=True)
+
+
 def _hf_conversion(model_type) -> Conversion | None:
     """The conversion of transformers' `model_type` (a family we convert), or None."""
     return next((c for c in conversions() if c.hf_model_type == model_type), None)
@@ -620,11 +630,25 @@ def _warn_outside_vocab(model_type: str, vocab_size, found) -> None:
     )
 
 
+def _refuse_quantized(src: PreTrainedModel) -> None:
+    """A quantized source (bitsandbytes, GPTQ, ...) has packed weights the tensor rules cannot read: say so."""
+    quantization = getattr(src.config, "quantization_config", None)
+    if getattr(src, "hf_quantizer", None) is None and quantization is None:
+        return
+    method = quantization.get("quant_method") if isinstance(quantization, dict) else getattr(quantization,
+                                                                                            "quant_method", None)
+    raise ValueError(
+        f"The {type(src).__name__} is quantized ({getattr(method, 'value', method) or 'hf_quantizer'}): hf_xfmr converts full-precision weights only. Load the "
+        f"full-precision checkpoint with the hf_xfmr class's from_pretrained(..., quantization_config=...) (it "
+        f"converts, then quantizes), or call `dequantize()` on the source first.")
+
+
 def _convert(src: PreTrainedModel, task: str | None, *, attn_implementation: str | None = None,
              overrides: dict | None = None, asked: dict | None = None) -> PreTrainedModel:
     """`from_transformers` of a model instance; `attn_implementation` replaces the source's, and `overrides`
     are fields of our config set on top of the converted ones (from `from_pretrained` keywords; `asked`: the
     keywords as the user gave them, for the error when they do not fit the source's weights)."""
+    _refuse_quantized(src)
     conversion = _conversion_for(src.config.model_type, ours=False)
     src_task = conversion.task_of_class_name(type(src).__name__)
     task = src_task if task is None else task
@@ -781,7 +805,7 @@ def to_transformers(model: PreTrainedModel) -> PreTrainedModel:
     """The transformers equivalent of an hf_xfmr model (the inverse of `from_transformers`)."""
     if not isinstance(model, PreTrainedModel):
         raise TypeError(f"`model` must be an hf_xfmr model, got {type(model).__name__}.")
-    conversion = _conversion_for(model.config.model_type, ours=True)
+    conversion = conversion_of_config(model.config)
     task = conversion.task_of_class_name(type(model).__name__, ours=True)
     hf_config = conversion.config_to_transformers(model.config)
     hf_class = getattr(transformers, conversion.tasks[task][0])

@@ -42,6 +42,7 @@ OBJECTIVES = {
     "clm": "causal (left-to-right) language modelling",
     "span-corruption": "T5 span corruption",
     "text-infilling": "BART text infilling",
+    "rtd": "replaced-token detection (ELECTRA: a small generator fills masked positions, the discriminator finds them)",
 }
 
 
