@@ -24,6 +24,8 @@ from hf_xfmr.training.pretrain import _zero_loss, build_config
 
 LENGTH = 32
 CASES = [(arch.name, name) for arch in architectures() for name in arch.objectives]
+if ("electra", "rtd") not in CASES:  # replaced-token detection: a generator, sampling, then a discriminator
+    CASES.append(("electra", "rtd"))
 
 
 class _GradientReaches(torch.autograd.Function):
@@ -143,7 +145,8 @@ def test_every_process_runs_the_same_modules_whatever_its_batch(arch_name, objec
                                                    seed=0, arch=arch_name))
     examples = objective.build_examples(tokenizer, corpus, settings)
     batch = objective.make_collator(tokenizer, settings)(examples[:4], generator=torch.Generator().manual_seed(0))
-    model_class = arch.model_class(objective.task)
+    # The module the loop trains: the objective's own (RTD's generator + discriminator), else the task's model.
+    model_class = objective.model_class(arch) if objective.model_class is not None else arch.model_class(objective.task)
     torch.manual_seed(0)
     model = model_class._from_config(build_config(arch, model_class, tokenizer, objective, args))
 

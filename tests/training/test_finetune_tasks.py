@@ -13,6 +13,7 @@ from hf_xfmr.training.finetune import (
     DEFAULT_LORA_TARGETS,
     FinetuneArguments,
     apply_lora,
+    expert_parameters,
     finetune,
     head_modules,
     load_finetune_data,
@@ -144,11 +145,16 @@ def test_default_lora_targets_and_heads_fit_every_architecture(arch):
         config = arch.config_class.from_preset("tiny", **({"num_labels": 3} if task != "question-answering" else {}))
         model = arch.model_class(task)(config)
         targets = lora_targets(model, None)
-        assert {"q_proj", "k_proj", "v_proj", "o_proj", "down_proj"} <= set(targets) <= set(DEFAULT_LORA_TARGETS)
+        experts = expert_parameters(model)  # a mixture of experts: stacked expert weights instead of down_proj
+        assert {"q_proj", "k_proj", "v_proj", "o_proj"} <= set(targets) <= set(DEFAULT_LORA_TARGETS)
+        assert "down_proj" in targets or experts
         heads = head_modules(model)
         assert heads and model.base_model_prefix not in heads
         peft_model = apply_lora(model, task)
         trainable = [n for n, p in peft_model.named_parameters() if p.requires_grad]
+        if experts:  # LoRA reaches both stacked expert weights of every layer (PEFT nests one wrapper per weight)
+            adapted = [n for n in trainable if ".experts." in n and ".lora_A." in n]
+            assert len(adapted) == len(experts) * config.num_hidden_layers, (task, adapted)
         for head in heads:
             assert any(f".{head}.modules_to_save." in f".{n}" for n in trainable), (task, head)
 

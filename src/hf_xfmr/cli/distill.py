@@ -2,6 +2,7 @@
 
 import argparse
 import dataclasses
+import os
 
 from ..training.arguments import DistillArguments
 from .command import Command, CommandError
@@ -21,6 +22,13 @@ def run(settings: DistillArguments, args: argparse.Namespace) -> int:
         # distill raises these with a message meant for the user (bad sizes, incompatible student, ...).
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         raise CommandError(str(message)) from None
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():  # launched on several processes: gloo can hang at exit
+            dist.destroy_process_group()
+    if int(os.environ.get("RANK", "0")) != 0:  # the report once, from the main process
+        return 0
     student_model = result.student
     print(f"distilled {student_model.config.model_type} student ({student_model.config.num_hidden_layers} layers) "
           f"from {teacher} in {settings.max_steps} steps; saved to {settings.output_dir}")
@@ -44,13 +52,18 @@ COMMAND = Command(
         "  loss = alpha_ce * T^2 * KL(teacher soft targets || student) + alpha_mlm * MLM\n"
         "       + alpha_cos * (1 - cosine(student, teacher last hidden states)),\n"
         "KL and cosine over non-pad tokens. The student, its tokenizer and distill_log.json go to --output_dir.\n"
+        "It runs on the loop of `hf-xfmr pretrain`: checkpoints (--save_steps), exact --resume, DDP and\n"
+        "DeepSpeed ZeRO (--deepspeed, under accelerate launch or torchrun).\n"
         "Each option also has a dashed spelling (--max-steps)."
     ),
     epilog=(
         "examples:\n"
         "  hf-xfmr distill --teacher ./my-bert --output_dir ./my-distilbert          # embedded corpus\n"
         "  hf-xfmr distill --teacher ./my-roberta --output_dir ./distilroberta --corpus ./texts/ --max_steps 5000\n"
-        "  hf-xfmr distill --teacher ./my-bert --output_dir ./small --student_layers 3 --student_layer_ids 0,5,11"
+        "  hf-xfmr distill --teacher ./my-bert --output_dir ./small --student_layers 3 --student_layer_ids 0,5,11\n"
+        "  hf-xfmr distill --teacher ./my-bert --output_dir ./my-distilbert --save_steps 500 --resume  # continue\n"
+        "  accelerate launch --multi_gpu --num_processes 2 -m hf_xfmr.cli distill --teacher ./my-bert \\\n"
+        "      --output_dir ./my-distilbert --deepspeed zero2"
     ),
     arguments=DistillArguments,
     run=run,

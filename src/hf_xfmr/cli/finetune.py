@@ -1,4 +1,5 @@
-"""`hf-xfmr finetune`: finetuning (fully or with LoRA) for classification, tagging or extractive QA."""
+"""`hf-xfmr finetune`: finetuning (fully, with LoRA or QLoRA) for classification, tagging, extractive QA or
+causal-LM / chat SFT."""
 
 import argparse
 import sys
@@ -36,12 +37,15 @@ def run(options: FinetuneArguments, args: argparse.Namespace) -> int:
 
 COMMAND = Command(
     "finetune",
-    help="finetune (fully or with LoRA) for classification, tagging or extractive QA",
+    help="finetune (fully, LoRA or QLoRA) for classification, tagging, extractive QA or causal-LM / chat SFT",
     description=(
         "Finetune a model with transformers' Trainer (and PEFT for --lora) on a datasets source: local\n"
         "csv/tsv/json/jsonl/parquet files or folders (offline), a Hub dataset, or the built-in 'vader'\n"
         "sentiment sentences. Start from an hf_xfmr or transformers checkpoint folder, or from --arch +\n"
-        "--preset for a from-scratch run. The best checkpoint on the validation split (by\n"
+        "--preset for a from-scratch run. --task causal-lm finetunes a decoder (SFT) on 'messages' chats\n"
+        "(rendered with the chat template, loss on the assistant turns), 'prompt'/'completion' pairs\n"
+        "(loss on the completion) or 'text'; --padding_free flattens batches, --lora --load_in_4bit is\n"
+        "QLoRA. The best checkpoint on the validation split (by\n"
         "--metric_for_best_model) is kept; metrics.json, log_history.jsonl and model/ (or adapter/ and,\n"
         "with --merge, merged/) are written to --output_dir. Options can also come from a YAML/JSON file\n"
         "(--config FILE; options given on the command line override it). Each option also has a dashed\n"
@@ -54,6 +58,8 @@ COMMAND = Command(
         "  hf-xfmr finetune --model_name_or_path ckpt/ --task token-classification --dataset ner/ \\\n"
         "      --tokens_column words --tags_column tags\n"
         "  hf-xfmr finetune --model_name_or_path ckpt/ --task question-answering --train_file squad.json\n"
+        "  hf-xfmr finetune --model_name_or_path llama/ --task causal-lm --train_file chats.jsonl \\\n"
+        "      --lora --load_in_4bit --merge --padding_free\n"
         "  hf-xfmr finetune --config finetune.yaml --learning_rate 1e-4"
     ),
     arguments=FinetuneArguments,

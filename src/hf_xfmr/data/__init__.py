@@ -6,6 +6,7 @@ Collators (all vectorized torch, seeded with `seed=` or `generator=`, usable as 
     DataCollatorForCLM   GPT causal LM, optional document isolation in packed rows
     DataCollatorForSpanCorruption   T5 span corruption (sentinels, EOS, no padding)
     DataCollatorForTextInfilling    BART text infilling (Poisson spans -> one <mask> each, sentence permutation)
+    DataCollatorForSFT   causal-LM SFT batches, padded or padding-free (rows from `tokenize_sft`)
 Examples / rows:
     create_sop_examples, create_nsp_examples, tokenize_documents   ALBERT SOP / BERT NSP pairs
     pack_stream, PackedCLMDataset                                  CLM rows with carried remainder
@@ -21,6 +22,7 @@ from .mlm import DataCollatorForMLM, tokenize_for_mlm
 from .packing import best_fit_bins, block_diagonal_mask, collate_packed, pack_documents, packing_efficiency
 from .pairs import create_nsp_examples, create_sop_examples, tokenize_documents
 from .plm import DataCollatorForPLM
+from .sft import DataCollatorForSFT, sft_format, tokenize_sft
 from .t5 import DataCollatorForSpanCorruption, compute_input_and_target_lengths
 from .tokenizers import train_tokenizer
 
@@ -28,6 +30,7 @@ __all__ = [
     "DataCollatorForCLM",
     "DataCollatorForMLM",
     "DataCollatorForPLM",
+    "DataCollatorForSFT",
     "DataCollatorForSpanCorruption",
     "DataCollatorForTextInfilling",
     "PackedCLMDataset",
@@ -43,7 +46,9 @@ __all__ = [
     "pack_documents",
     "pack_stream",
     "packing_efficiency",
+    "sft_format",
     "tokenize_documents",
     "tokenize_for_mlm",
+    "tokenize_sft",
     "train_tokenizer",
 ]

@@ -384,6 +384,9 @@ def _finetune_training(settings: Mapping[str, Any], metrics: Mapping[str, Any]) 
                 "max_seq_length": settings.get("max_seq_length"), "best_checkpoint": metrics.get("best_checkpoint")}
     if lora:
         training.update(lora_r=settings.get("lora_r"), lora_alpha=settings.get("lora_alpha"))
+    for name in ("load_in_4bit", "padding_free", "loss_on_prompt"):  # causal-LM SFT settings, shown when on
+        if settings.get(name):
+            training[name] = True
     for name, subset in (metrics.get("subsets") or {}).items():  # --max_*_samples
         training[f"{name} examples"] = f"{subset['examples']:,} of {subset['of']:,} ({subset['how']})"
     return {k: v for k, v in training.items() if v is not None}
@@ -401,6 +404,9 @@ def finetune_card_fields(settings: Mapping[str, Any], metrics: Mapping[str, Any]
     start = f"from `{base}`" if base else "from scratch" if settings.get("arch") else "from a local checkpoint"
     how = (f"with LoRA (r={settings.get('lora_r')}, alpha={settings.get('lora_alpha')}; adapters merged into the "
            "weights)" if lora else "in full")
+    if lora and settings.get("load_in_4bit"):  # QLoRA: trained on NF4 weights, merged into the full-precision ones
+        how = (f"with QLoRA (LoRA r={settings.get('lora_r')}, alpha={settings.get('lora_alpha')}, on the 4-bit NF4 "
+               "base; adapters merged into a full-precision copy of it)")
     data = origin.get("data") or "its training data"
     description = (f"Finetuned {how} {start} with `hf-xfmr finetune` for {settings.get('task')} on {data}"
                    + (f" ({split} split: {_shown(results)})." if results else "."))

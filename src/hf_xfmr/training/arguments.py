@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Literal
 
 from ..options import option, parse_int_list, read_options_file, values_from_mapping
 from .finetune_tasks import (
+    CAUSAL_LM,
     CLASSIFICATION,
     FINETUNE_TASKS,
     LABEL_COLUMNS,
@@ -147,6 +148,11 @@ class PretrainArguments(RunArguments):
     vocab_size: int = option("vocabulary size of a tokenizer trained on the fly", 8000)
     mlm_probability: float | None = option("masking rate; default: the architecture's (15%, 30% for ModernBERT)", None)
     short_seq_prob: float = option("share of shorter sentence pairs (NSP/SOP)", 0.1)
+    generator_size_ratio: float | None = option(
+        "rtd: the generator's width as a share of the discriminator's (default 0.25)", None)
+    generator_loss_weight: float | None = option("rtd: weight of the generator's MLM loss (default 1)", None)
+    discriminator_loss_weight: float | None = option(
+        "rtd: weight of the discriminator's replaced-token loss (default 50)", None)
     packing: bool = option(
         "pack several windows into each row of --max_seq_length (best fit), each attending only to itself: "
         "rows with little padding (mlm, wwm)", False)
@@ -211,6 +217,13 @@ class PretrainArguments(RunArguments):
             raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability} (BERT uses 0.15).")
         if not 0.0 <= self.short_seq_prob <= 1.0:
             raise ValueError(f"--short_seq_prob must be in [0, 1], got {self.short_seq_prob}.")
+        if self.generator_size_ratio is not None and not 0.0 < self.generator_size_ratio <= 1.0:
+            raise ValueError(f"--generator_size_ratio must be in (0, 1], got {self.generator_size_ratio} (ELECTRA: "
+                             "0.25, a generator a quarter of the discriminator's width).")
+        for name in ("generator_loss_weight", "discriminator_loss_weight"):
+            value = getattr(self, name)
+            if value is not None and not value >= 0:
+                raise ValueError(f"--{name} must be >= 0, got {value} (ELECTRA: 1 and 50).")
         if self.learning_rate <= 0:
             raise ValueError(f"--learning_rate must be positive, got {self.learning_rate}.")
         if self.warmup_steps < 0 or (self.warmup_steps >= 1 and self.warmup_steps != int(self.warmup_steps)):
@@ -277,8 +290,9 @@ class FinetuneArguments(RunArguments):
         default=None)
     vocab_size: int = option("vocabulary size of a tokenizer trained for --arch", default=8000)
     # -- task and data -----------------------------------------------------------------------------
-    task: Literal["sequence-classification", "token-classification", "question-answering"] = option(
-        "what to finetune for", default=CLASSIFICATION)
+    task: Literal["sequence-classification", "token-classification", "question-answering", "causal-lm"] = option(
+        "what to finetune for; causal-lm: supervised finetuning (SFT) of a decoder on 'messages' chats, "
+        "'prompt'/'completion' pairs or plain 'text'", default=CLASSIFICATION)
     dataset: str | None = option(
         "local data folder or file (csv/tsv/json/jsonl/parquet/txt, or a save_to_disk folder), a datasets Hub "
         "name (needs network or cache), or 'vader' / 'vader-3way' (built-in human-rated sentiment sentences)",
@@ -302,6 +316,15 @@ class FinetuneArguments(RunArguments):
                                 default="answers")
     max_seq_length: int = option("tokens per example (longer texts are truncated; QA contexts are windowed)",
                                 default=128)
+    chat_template: str | None = option(
+        "causal-lm: chat template for 'messages' data, 'chatml' or Jinja (text or a file); default: the "
+        "tokenizer's own (saved with the model)", default=None, metavar="TEMPLATE")
+    loss_on_prompt: bool = option(
+        "causal-lm: train on every token (default: on the assistant turns of chats and on the completion of "
+        "prompt/completion pairs only, TRL's assistant_only_loss / completion_only_loss)", default=False)
+    padding_free: bool = option(
+        "causal-lm: flatten each batch into one row without padding (position_ids restarting per sequence, "
+        "cu_seq_lens_*); the sequences stay apart, so the loss is the padded batch's", default=False)
     doc_stride: int = option("QA: tokens of overlap between windows of a long context", default=32)
     max_answer_length: int = option("QA: longest answer span predicted, in tokens", default=30)
     label_all_tokens: bool = option("tagging: give every sub-word piece its word's tag (default: the first only)",
@@ -317,6 +340,10 @@ class FinetuneArguments(RunArguments):
     lora_target_modules: list[str] | None = option(
         f"module names to adapt (default: those of {', '.join(DEFAULT_LORA_TARGETS)} the model has)", default=None)
     merge: bool = option("with --lora: also write merged/, the adapter folded into a plain model", default=False)
+    load_in_4bit: bool = option(
+        "QLoRA: load the checkpoint's linear layers in 4-bit NF4 (bitsandbytes, the hf_xfmr[qlora] extra) and "
+        "train LoRA adapters on them; needs --lora; --merge folds them into a full-precision copy",
+        default=False)
     # -- training ----------------------------------------------------------------------------------
     output_dir: str = option("where everything is written", default="finetune_output")
     overwrite_output_dir: bool = option("allow writing into a non-empty --output_dir", default=False)
@@ -334,7 +361,7 @@ class FinetuneArguments(RunArguments):
     logging_steps: int | None = option("steps between loss logs (default: about 50 logs per run)", default=None)
     metric_for_best_model: str | None = option(
         "validation metric that picks the best checkpoint, e.g. accuracy, f1, exact_match, loss "
-        "(default: accuracy for classification, f1 otherwise)", default=None)
+        "(default: accuracy for classification, loss for causal-lm, f1 otherwise)", default=None)
     greater_is_better: bool | None = option("whether a larger --metric_for_best_model is better (default: "
                                            "True, False for loss)", default=None)
     seed: int = option("random seed (model init, data order, dropout)", default=42)
@@ -367,6 +394,7 @@ class FinetuneArguments(RunArguments):
                                 "already writes a plain model).")
         if self.push_to_hub and self.lora and not self.merge:
             raise FinetuneError("--push_to_hub uploads a complete model: with --lora also pass --merge.")
+        self._check_sft_options()
         for name in ("max_seq_length", "per_device_train_batch_size", "per_device_eval_batch_size",
                      "gradient_accumulation_steps", "lora_r", "vocab_size", "max_answer_length"):
             if getattr(self, name) < 1:
@@ -388,6 +416,19 @@ class FinetuneArguments(RunArguments):
         if self.task == QUESTION_ANSWERING and not 0 <= self.doc_stride < self.max_seq_length // 2:
             raise FinetuneError(f"--doc_stride ({self.doc_stride}) must be >= 0 and below half of --max_seq_length "
                                 f"({self.max_seq_length}) so that windows advance.")
+
+
+    def _check_sft_options(self) -> None:
+        if self.load_in_4bit and not self.lora:
+            raise FinetuneError("--load_in_4bit quantizes the base weights, which then cannot be trained: pass "
+                                "--lora as well (QLoRA trains LoRA adapters on the 4-bit base).")
+        if self.load_in_4bit and self.model_name_or_path is None:
+            raise FinetuneError("--load_in_4bit loads a checkpoint in 4 bits: pass --model_name_or_path (a "
+                                "from-scratch --arch model has no pretrained weights to quantize).")
+        if self.task != CAUSAL_LM:
+            used = [name for name in ("chat_template", "loss_on_prompt", "padding_free") if getattr(self, name)]
+            if used:
+                raise FinetuneError(f"--{used[0]} applies to --task causal-lm (SFT), not to --task {self.task}.")
 
 
 def read_config_file(path) -> dict:
@@ -435,6 +476,8 @@ class DistillArguments(RunArguments):
         eval_sequences: held-out sequences for the top-1 agreement reported before and after (0: none).
         bf16: bf16 autocast; device: "cpu", "cuda" (default: cuda when available).
         logging_steps: progress-bar / log interval; seed: data order, masking and anything random.
+        resume, save_steps, save_total_limit, deepspeed: as for `hf-xfmr pretrain`, whose training loop
+            (`Pretrainer`) distillation runs on: exact resume from a checkpoint, DDP and DeepSpeed ZeRO.
     Each field but `progress` is an `hf-xfmr distill` option; the older short names (--output, --seq_len,
     --lr, ...) are its aliases. max_steps comes from `RunArguments` as it is.
     """
@@ -477,6 +520,15 @@ class DistillArguments(RunArguments):
     logging_steps: int = option("progress update interval", 10, metavar="N")
     seed: int = option("data order, masking and anything random", 0, metavar="N")
     overwrite_output_dir: bool = option("write into a non-empty --output_dir", False, aliases=("overwrite",))
+    resume: str | None = option(
+        "continue from a checkpoint: its folder, or no value for the latest one in --output_dir", None, nargs="?",
+        const="latest", metavar="DIR")
+    save_steps: int = option("write a checkpoint every N steps (0: none, except the last one under DeepSpeed)", 0,
+                             metavar="N")
+    save_total_limit: int | None = option("keep only the last K checkpoints", 2, metavar="K")
+    deepspeed: str | None = option(
+        "train with DeepSpeed ZeRO: zero2 or zero3 (configs shipped with hf_xfmr) or a DeepSpeed JSON file; start the "
+        "processes with `accelerate launch --multi_gpu --num_processes N` or torchrun", None, metavar="CONFIG")
     progress: bool = True
 
     def __post_init__(self):
@@ -493,7 +545,10 @@ class DistillArguments(RunArguments):
             raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability} (BERT uses 0.15).")
         if not isinstance(self.eval_sequences, int) or self.eval_sequences < 0:
             raise ValueError(f"--eval_sequences must be an integer >= 0, got {self.eval_sequences!r}.")
-        _positive_ints_or_unset(self, ("max_documents",))
+        _positive_ints_or_unset(self, ("max_documents", "save_total_limit"))
+        _non_negative_ints(self, ("save_steps",))
+        if self.deepspeed is not None and (not isinstance(self.deepspeed, str) or not self.deepspeed.strip()):
+            raise ValueError(f"--deepspeed must name a config (zero2, zero3) or a JSON file, got {self.deepspeed!r}.")
         if not isinstance(self.text_column, str) or not self.text_column:
             raise ValueError(f"--text_column must name a column of the corpus, got {self.text_column!r}.")
         if self.device not in (None, "cpu", "cuda") and not str(self.device).startswith("cuda:"):

@@ -6,7 +6,8 @@ DeepSpeed engine): the one place where the two backends save, load and export di
 Layout of `OUTPUT/checkpoints/step_N/` (written as `step_N.tmp/`, renamed when complete):
 
     trainer_state.json          step, data position, counters, run settings (written last)
-    model/                      config.json + model.safetensors (without DeepSpeed)
+    model/                      config.json + model.safetensors: the trained module's whole state dict, a tied
+                                weight once (without DeepSpeed; `save_model_state`)
     optimizer.safetensors       optimizer tensors; optimizer.json: its other fields (without DeepSpeed)
     deepspeed/                  the DeepSpeed engine's own checkpoint (ZeRO partitions, its optimizer)
     config.json                 the model config (with DeepSpeed, for validation)
@@ -43,7 +44,7 @@ _CONFIG_BOOKKEEPING = {"transformers_version", "architectures", "_name_or_path",
 # Settings that must match for a resumed run to continue exactly where the checkpoint stopped.
 RESUME_SETTINGS = ("arch", "objective", "seed", "world_size", "per_device_train_batch_size",
                    "gradient_accumulation_steps", "batch_size_warmup_steps", "max_seq_length", "num_train_examples",
-                   "deepspeed")
+                   "deepspeed", "teacher")
 
 
 class CheckpointError(ValueError):
@@ -346,6 +347,18 @@ def read_process_state(path: Path, rank: int, device) -> tuple[dict, dict | None
     return {"tensors": tensors, "extra": extra}, extra.get("data"), objective_state
 
 
+def save_model_state(model: torch.nn.Module, folder: Path) -> None:
+    """`folder/config.json` (the model's config) and `folder/model.safetensors`: its whole state dict, each tied
+    weight once. Every trained module checkpoints this way, whatever its `save_pretrained` writes (a
+    generator + discriminator pair saves as two models; a distillation module is a student beside a teacher),
+    so `load_model_weights` restores any of them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model.config.to_json_file(str(folder / "config.json"))
+    tied = tied_names(model)
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k not in tied}
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
 def load_model_weights(model: torch.nn.Module, folder: Path) -> None:
     """Load `folder/model.safetensors` into `model`; only tied (shared) weights may be absent from the file."""
     load_fitting_state(model, load_file(str(folder / "model.safetensors")), f"The weights in {folder} do not fit")
@@ -407,7 +420,7 @@ class Checkpointer:
     def write_model(self, tmp: Path, model, unwrapped, optimizer) -> None:
         """Write the model and optimizer into the checkpoint folder `tmp` (`model/`, `optimizer.*`)."""
         if self.accelerator.is_main_process:
-            unwrapped.save_pretrained(tmp / "model")
+            save_model_state(unwrapped, tmp / "model")
             save_optimizer(getattr(optimizer, "optimizer", optimizer), tmp)  # the optimizer Accelerate wraps
 
     def save(self, step: int, model, unwrapped, optimizer, *, objective_state: dict | None, data_state: dict | None,
@@ -429,11 +442,15 @@ class Checkpointer:
         accelerator.wait_for_everyone()
         return final
 
-    def export(self, unwrapped, model_class, last_saved: int | None):
-        """Write the final model to the output folder (main process); returns it there, None elsewhere."""
+    def export(self, unwrapped, model_class, last_saved: int | None, *, fresh=None, write=None):
+        """Write the final model to the output folder (main process); returns it there, None elsewhere.
+
+        `write(model, folder)` writes the trained module and returns the final model (default:
+        `model.save_pretrained(folder)`, returning `model`): a module of two networks writes the one that is
+        kept (a distilled student, a discriminator and its generator). `fresh()` builds a new instance of the
+        trained module (default: `model_class(unwrapped.config)`), into which DeepSpeed consolidates."""
         if self.accelerator.is_main_process:
-            unwrapped.save_pretrained(self.output_dir)
-            return unwrapped
+            return _write(write, unwrapped, self.output_dir)
         return None
 
 
@@ -454,13 +471,25 @@ class DeepSpeedCheckpointer(Checkpointer):
         if self.accelerator.is_main_process:
             unwrapped.config.to_json_file(str(tmp / "config.json"))  # read by `validate_checkpoint`
 
-    def export(self, unwrapped, model_class, last_saved: int | None):
+    def export(self, unwrapped, model_class, last_saved: int | None, *, fresh=None, write=None):
         path = checkpoint_root(self.output_dir) / f"step_{last_saved}"
         model = None
         if self.accelerator.is_main_process:
-            model = export_deepspeed_checkpoint(path, model_class, unwrapped.config, self.output_dir)
+            from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+            state_dict = get_fp32_state_dict_from_zero_checkpoint(str(path), tag=DEEPSPEED_TAG)
+            model = fresh() if fresh is not None else model_class(unwrapped.config)
+            load_fitting_state(model, state_dict, f"The DeepSpeed checkpoint {path} does not fit")
+            model = _write(write, model, self.output_dir)
         self.accelerator.wait_for_everyone()
         return model
+
+
+def _write(write, model, folder: Path):
+    if write is None:
+        model.save_pretrained(folder)
+        return model
+    return write(model, folder)
 
 
 def make_checkpointer(output_dir: str | Path, accelerator, keep: int | None, deepspeed: bool) -> Checkpointer:

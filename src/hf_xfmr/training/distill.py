@@ -19,6 +19,11 @@ The teacher and the student are used through one small interface: called as
 `.hidden_states[-1]` (B, T, C). Any hf_xfmr or transformers MLM model qualifies (BERT, RoBERTa,
 DistilBERT, ModernBERT, ...); only `init_student_from_teacher` reads weights, by their hf_xfmr names.
 
+The run is the pretraining loop's (`Distiller`, a `Pretrainer`): it trains a `DistillationModel` (the student,
+whose forward returns the loss, beside its frozen teacher), so logging, checkpoints, exact `--resume`, DDP and
+DeepSpeed ZeRO are `hf-xfmr pretrain`'s. In one process a seed gives the student the loop `distill` had before
+gave, bit for bit (its batches, masks, AdamW and schedule are kept).
+
 Python:
 
     from hf_xfmr.training.distill import DistillArguments, distill
@@ -31,10 +36,13 @@ those of the building blocks below name their keyword and the flag that sets it 
 Shapes: B batch, T sequence length, V vocabulary, C hidden size, N non-pad positions.
 """
 
+import base64
+import contextlib
 import copy
 import json
 import math
 import os
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,9 +52,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformers.utils import ModelOutput
+
 from ..models.losses import token_loss
-from .batches import to_device
-from .optim import parameter_groups
+from . import checkpoint as ckpt
+from .arguments import PretrainArguments
+from .batches import mix_seed, to_device
+from .objectives import Objective
+from .optim import build_optimizer, micro_batches_before, parameter_groups
+from .pretrain import Pretrainer
 
 # Student architectures `init_student_from_teacher` can build other than the teacher's own, with the
 # teachers whose weights they take by name. DistilBERT numbers positions from 0 and has no token types,
@@ -394,33 +408,319 @@ def _sequences(tokenizer, args) -> list[list[int]]:
     return sequences
 
 
-def _batches(sequences, collator, batch_size, generator):
-    """Endless shuffled full batches (a new permutation each pass; one short batch if there is too little text)."""
-    while True:
-        order = torch.randperm(len(sequences), generator=generator).tolist()
-        for start in range(0, max(len(order) - batch_size, 0) + 1, batch_size):
-            yield collator([{"input_ids": sequences[i]} for i in order[start:start + batch_size]])
+@dataclass
+class DistillationOutput(ModelOutput):
+    """What `DistillationModel` returns: the weighted loss, its three unweighted terms and the student's logits."""
+
+    loss: torch.Tensor | None = None
+    ce: torch.Tensor | None = None
+    mlm: torch.Tensor | None = None
+    cos: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    teacher_logits: torch.Tensor | None = None
 
 
-def distill(args: DistillArguments) -> DistillResult:
+class DistillationModel(nn.Module):
+    """The module the training loop trains: the student, whose forward returns the distillation loss.
+
+    The teacher is held beside it, not as a submodule: it is not trained, not checkpointed (a resumed run
+    loads it again from --teacher), not wrapped by DDP and not partitioned by ZeRO-3 (every process runs it
+    whole, without collectives). `config` is the student's, against which checkpoints are validated; a
+    checkpoint's `model/` holds the `student.*` weights (`checkpoint.save_model_state`).
+    """
+
+    def __init__(self, student, teacher, loss_fn: DistillationLoss):
+        super().__init__()
+        self.student, self.loss_fn = student, loss_fn
+        self._teacher = (teacher,)  # a tuple: not registered as a submodule
+
+    @property
+    def teacher(self):
+        return self._teacher[0]
+
+    @property
+    def config(self):
+        return self.student.config
+
+    def forward(self, input_ids, attention_mask, labels=None, **unused) -> DistillationOutput:
+        """input_ids, attention_mask, labels (B, T): an MLM batch (the student and the teacher see the same
+        masked input); other batch fields (token types, special-token masks) are not used."""
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+        with torch.no_grad():
+            t_logits, t_hidden = _forward(self.teacher, batch)  # (B, T, V), (B, T, C)
+        s_logits, s_hidden = _forward(self.student, batch)
+        terms = self.loss_fn(s_logits, t_logits, s_hidden, t_hidden, attention_mask, labels)
+        return DistillationOutput(loss=terms.loss, ce=terms.ce, mlm=terms.mlm, cos=terms.cos, logits=s_logits,
+                                  teacher_logits=t_logits)
+
+
+# What the loop reads of the run's objective: its name (checkpoints, run settings) and the loss terms it logs.
+# The data are the `Distiller`'s own (not in the objective table): the builders are never called.
+DISTILLATION = Objective(
+    name="distillation", description="knowledge distillation into a student (DistilBERT recipe)", task="masked-lm",
+    build_examples=lambda *a: [], make_collator=lambda *a: None, logged_outputs=("ce", "mlm", "cos"))
+
+
+def _encode_generator(generator: torch.Generator) -> str:
+    return base64.b64encode(generator.get_state().numpy().tobytes()).decode("ascii")
+
+
+def _decode_generator(generator: torch.Generator, text: str) -> None:
+    generator.set_state(torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8))
+
+
+class DistillBatches:
+    """Endless shuffled micro-batches of the training sequences, resumable (checkpoints keep `state()`).
+
+    Each pass over the sequences is a permutation drawn from `order`; it is cut into global batches of
+    `batch_size * world_size` rows, of which this process takes rows `rank * batch_size ...` (one short batch
+    when a single process has less text than a batch). Masks come from the collator's generator `masks`, one
+    stream per process. Both generators' states go into the checkpoint, so a resumed run draws exactly the
+    batches and masks the uninterrupted one would have. In one process this is the order of the loop
+    `hf-xfmr distill` had before it ran on the `Pretrainer`, so a seed gives the same student as then.
+    """
+
+    def __init__(self, sequences, collator, masks: torch.Generator, order: torch.Generator, batch_size: int,
+                 world_size: int, rank: int, state: dict | None = None):
+        rows = batch_size * world_size
+        if world_size > 1 and len(sequences) < rows:
+            raise ValueError(f"The corpus gives {len(sequences)} training sequences, fewer than one global batch of "
+                             f"{rows} (--batch_size {batch_size} x {world_size} processes): give more text or lower "
+                             "--batch_size.")
+        self.sequences, self.collator, self.masks, self.order = sequences, collator, masks, order
+        self.batch_size, self.rows, self.rank = batch_size, rows, rank
+        self.epoch, self.position, self.m = 0, 0, 0
+        self._permutation, self._order_state = None, None
+        if state:
+            self.epoch, self.position, self.m = int(state["epoch"]), int(state["position"]), int(state["m"])
+            _decode_generator(order, state["order"])  # the state before this pass's permutation was drawn
+            _decode_generator(masks, state["masks"])
+
+    def state(self) -> dict:
+        order = self._order_state if self._order_state is not None else _encode_generator(self.order)
+        return {"epoch": self.epoch, "position": self.position, "m": self.m, "order": order,
+                "masks": _encode_generator(self.masks)}
+
+    def __iter__(self):
+        n = len(self.sequences)
+        while True:
+            if self._permutation is None:
+                self._order_state = _encode_generator(self.order)
+                self._permutation = torch.randperm(n, generator=self.order).tolist()
+            while self.position <= max(n - self.rows, 0):
+                start = self.position + self.rank * self.batch_size
+                picked = self._permutation[start:start + self.batch_size]
+                self.position += self.rows
+                m, self.m = self.m, self.m + 1
+                yield m, self.collator([{"input_ids": self.sequences[i]} for i in picked])
+            self.epoch, self.position, self._permutation = self.epoch + 1, 0, None
+
+
+def _loop_arguments(args: DistillArguments, output_dir: str, overwrite: bool) -> PretrainArguments:
+    """The `PretrainArguments` of the shared loop for a distillation run: AdamW with betas (0.9, 0.98), a
+    linear schedule, the run settings of `args`."""
+    return PretrainArguments(
+        output_dir=output_dir, overwrite_output_dir=overwrite, seed=args.seed, max_steps=args.max_steps,
+        per_device_train_batch_size=args.batch_size, gradient_accumulation_steps=args.gradient_accumulation_steps,
+        max_seq_length=args.max_seq_length, learning_rate=args.learning_rate, weight_decay=args.weight_decay,
+        optimizer="adamw", adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=args.adam_epsilon, lr_scheduler="linear",
+        warmup_steps=round(args.warmup_ratio * args.max_steps), max_grad_norm=args.max_grad_norm,
+        mixed_precision="bf16" if args.bf16 else "no", deepspeed=args.deepspeed, resume=args.resume,
+        eval_steps=0, save_steps=args.save_steps, save_total_limit=args.save_total_limit,
+        logging_steps=args.logging_steps, progress_bar=args.progress, report_to_tensorboard=False)
+
+
+HISTORY_FILE = "distill_history.json"  # in each checkpoint: the per-step history so far
+
+
+class Distiller(Pretrainer):
+    """A distillation run on the pretraining loop (`Pretrainer`): the loop trains a `DistillationModel`
+    (student + frozen teacher) on `DistillBatches`; what differs from pretraining is how the models and the
+    data are built (`_prepare_data`, `_build_model`), what is evaluated (the top-1 agreement with the teacher)
+    and what is written (the student). Logging, checkpoints, exact resume, DDP and ZeRO are the loop's."""
+
+    def __init__(self, args: DistillArguments, callbacks=()):
+        self.distill_args = args
+        self.scratch = None  # no --output_dir (Python): the run's files go to a temporary folder
+        output_dir, overwrite = args.output_dir, args.overwrite_output_dir
+        if output_dir is None:
+            if int(os.environ.get("WORLD_SIZE", "1")) > 1 or args.resume or args.deepspeed:
+                raise ValueError("Pass --output_dir (Python: output_dir=): a run over several processes, with "
+                                 "--deepspeed or --resume keeps its checkpoints there.")
+            self.scratch = tempfile.TemporaryDirectory(prefix="hf-xfmr-distill-")
+            output_dir, overwrite = self.scratch.name, True
+        super().__init__(_loop_arguments(args, output_dir, overwrite), callbacks)
+        self.history: list[dict] = []
+        self.force_cpu = args.device == "cpu"
+
+    def _resolve(self) -> None:
+        self.arch, self.objective, self.model_class = None, DISTILLATION, None
+        if self.distill_args.resume is None:
+            _check_output_dir(self.distill_args)
+
+    def _description(self) -> str:
+        return "distill"
+
+    def _prepare_data(self) -> None:
+        """The teacher, the student and its tokenizer (seeded as the run), then the corpus's sequences: the
+        first `eval_sequences` of a seeded order (at most a fifth) held out, the rest for training."""
+        from ..data import DataCollatorForMLM
+
+        args = self.distill_args
+        torch.manual_seed(args.seed)
+        with self._whole_models():
+            self.teacher, self.student, self.tokenizer = _build_models(args)
+        sequences = _sequences(self.tokenizer, args)
+        self.order_generator = torch.Generator().manual_seed(args.seed)
+        held_out = min(args.eval_sequences, len(sequences) // 5)
+        order = torch.randperm(len(sequences), generator=self.order_generator).tolist()
+        eval_seqs = [sequences[i] for i in order[:held_out]]
+        self.train_sequences = [sequences[i] for i in order[held_out:]]
+        eval_collator = DataCollatorForMLM(self.tokenizer, mlm_probability=args.mlm_probability, seed=args.seed + 1)
+        self.eval_sets = [eval_collator([{"input_ids": s} for s in eval_seqs[i:i + args.batch_size]])
+                          for i in range(0, len(eval_seqs), args.batch_size)]
+        self.train_examples, self.plan = None, None
+
+    @contextlib.contextmanager
+    def _whole_models(self):
+        """Models built in this context are whole, not partitioned by ZeRO-3's `zero.Init` (which transformers
+        applies to `from_pretrained` / `_from_config` while a ZeRO-3 config is alive): the teacher runs whole on
+        every process and the student starts from its weights; `accelerator.prepare` partitions the student."""
+        from transformers.integrations import is_deepspeed_zero3_enabled, set_hf_deepspeed_config, \
+            unset_hf_deepspeed_config
+
+        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
+        config = getattr(plugin, "dschf", None)
+        if config is None or not is_deepspeed_zero3_enabled():
+            yield
+            return
+        unset_hf_deepspeed_config()
+        try:
+            yield
+        finally:
+            set_hf_deepspeed_config(config)
+
+    def _build_model(self):
+        """The `DistillationModel`, the checks of a checkpoint to resume, and AdamW on the student."""
+        args, loop = self.distill_args, self.args
+        model = DistillationModel(self.student, self.teacher,
+                                  DistillationLoss(args.temperature, args.alpha_ce, args.alpha_mlm, args.alpha_cos))
+        self.teacher.to(self.accelerator.device)
+        self.resume_settings = {
+            "arch": self.student.config.model_type, "objective": DISTILLATION.name, "seed": args.seed,
+            "world_size": self.world, "per_device_train_batch_size": args.batch_size,
+            "gradient_accumulation_steps": args.gradient_accumulation_steps, "batch_size_warmup_steps": 0,
+            "max_seq_length": args.max_seq_length, "num_train_examples": len(self.train_sequences),
+            "deepspeed": self.deepspeed, "teacher": _fingerprint(self.teacher),
+        }
+        self.trainer_state = {}
+        if self.resume_path is not None:
+            self.trainer_state = ckpt.validate_checkpoint(self.resume_path, model.config, self.resume_settings,
+                                                          self.world)
+        optimizer = build_optimizer(loop.optimizer, parameter_groups(model, args.weight_decay), lr=args.learning_rate,
+                                    betas=(loop.adam_beta1, loop.adam_beta2), eps=args.adam_epsilon,
+                                    weight_decay=args.weight_decay)
+        if self.resume_path is not None:
+            self.checkpointer.restore(self.resume_path, model, optimizer, prepared=False)
+        return model, optimizer
+
+    def _start_batches(self, data_state: dict | None) -> None:
+        from ..data import DataCollatorForMLM
+
+        args, device = self.distill_args, self.accelerator.device
+        self.micro_batches = micro_batches_before(self.step, args.gradient_accumulation_steps, 0)
+        masks = torch.Generator().manual_seed(args.seed if self.rank == 0 else mix_seed(args.seed, self.rank))
+        collator = DataCollatorForMLM(self.tokenizer, mlm_probability=args.mlm_probability, generator=masks)
+        self.stream = DistillBatches(self.train_sequences, collator, masks, self.order_generator, args.batch_size,
+                                     self.world, self.rank, data_state)
+        self.batches = iter(self.stream)
+        self.eval_list = [to_device(batch, device) for batch in self.eval_sets]
+        self.run.objective_state = {}
+
+    def learning_rate(self, step: int) -> float:
+        """Linear warmup from 0 over `warmup_ratio` of the steps, then linear decay to 0 (step `step` uses
+        the multiplier `get_linear_schedule_with_warmup` gives it, as before the shared loop)."""
+        args, warmup = self.distill_args, self.args.warmup
+        if step < warmup:
+            return args.learning_rate * step / warmup
+        return args.learning_rate * max(0.0, (args.max_steps - step) / max(1, args.max_steps - warmup))
+
+    def train_step(self) -> dict:
+        record = super().train_step()
+        self.history.append({"step": record["step"], **{k: round(record[k], 6) if record[k] is not None else None
+                                                         for k in ("loss", "ce", "mlm", "cos")},
+                             "lr": self.learning_rate(record["step"])})  # after the step, as the schedule reports it
+        return record
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """The top-1 agreement of the student with the teacher on the held-out batches (`top1_agreement`),
+        through the prepared model (under ZeRO-3 its forward gathers the student's weights); every process
+        scores them all, so every process runs the same modules."""
+        model = self.run.model
+        model.eval()
+        same = total = 0
+        try:
+            for batch in self.eval_list:
+                outputs = model(**batch)
+                keep = batch["attention_mask"].bool()
+                same += int((outputs.logits.argmax(-1) == outputs.teacher_logits.argmax(-1))[keep].sum())
+                total += int(keep.sum())
+        finally:
+            model.train()
+        return {"eval_top1_agreement": same / max(total, 1)}
+
+    def _on_checkpoint(self, folder: Path) -> None:
+        if self.is_main:
+            (folder / HISTORY_FILE).write_text(json.dumps(self.history))
+        super()._on_checkpoint(folder)
+
+    def resume(self, path: Path) -> dict | None:
+        data_state = super().resume(path)
+        history = path / HISTORY_FILE
+        self.history = json.loads(history.read_text()) if history.is_file() else []
+        return data_state
+
+    def _fresh_model(self):
+        from ..models.registry import get_architecture
+
+        student_class = get_architecture(self.student.config).model_class("masked-lm")
+        student = student_class(self.student.config)  # not `_from_config`: no zero.Init, the weights come next
+        return DistillationModel(student, self.teacher, self.run.unwrapped_model.loss_fn)
+
+    def _write_final(self, model, folder: Path):
+        model.student.save_pretrained(folder)
+        return model.student
+
+
+def _fingerprint(model) -> float:
+    """A number that tells teachers apart (the sum of their weights): a checkpoint resumes with its own."""
+    with torch.no_grad():
+        return round(float(sum(p.double().sum() for p in model.parameters())), 6)
+
+
+def distill(args: DistillArguments, callbacks=()) -> DistillResult:
     """Train a student against a teacher with the DistilBERT recipe; see the module docstring.
 
-    The run's named steps: check the output folder, build the models (teacher, tokenizer, student), prepare
-    the data (held-out and training batches), measure the agreement, train, measure again, save."""
-    _check_output_dir(args)
-    torch.manual_seed(args.seed)
-    teacher, student, tokenizer, device = _build_models(args)
-    eval_batches, batches = _prepare_data(tokenizer, args, device)
-    result = DistillResult(student=student, tokenizer=tokenizer)
-    if eval_batches:
-        result.agreement_before = top1_agreement(student, teacher, eval_batches)
-    started = time.perf_counter()
-    result.history = _train(student, teacher, batches, args, device)
-    if eval_batches:
-        result.agreement_after = top1_agreement(student, teacher, eval_batches)
-    student.train(False)
-    if args.output_dir is not None:
-        _save(result, teacher, args, seconds=time.perf_counter() - started)
+    The run is a `Distiller` (the pretraining loop, `Pretrainer`): setup (output folder, teacher, tokenizer,
+    student, data, optimizer; a checkpoint with --resume), the agreement before, training, the agreement
+    after, and the student, its tokenizer and `distill_log.json` in --output_dir."""
+    trainer = Distiller(args, callbacks)
+    try:
+        trainer.setup()
+        result = DistillResult(student=trainer.student, tokenizer=trainer.tokenizer)
+        if trainer.eval_list:
+            result.agreement_before = trainer.evaluate()["eval_top1_agreement"]
+        started = time.perf_counter()
+        run = trainer.train()
+        result.history = trainer.history
+        result.agreement_after = run.eval_metrics.get("eval_top1_agreement")
+        result.student = (run.model if run.model is not None else trainer.student).train(False)
+        if args.output_dir is not None and trainer.is_main:
+            _save(result, trainer.teacher, args, seconds=time.perf_counter() - started)
+    finally:
+        if trainer.scratch is not None:
+            trainer.scratch.cleanup()
     return result
 
 
@@ -433,12 +733,13 @@ def _check_output_dir(args: DistillArguments) -> None:
         raise FileExistsError(f"--output_dir {out} is a file, not a folder: choose another path.")
     if out.exists() and any(out.iterdir()) and not args.overwrite_output_dir:
         raise FileExistsError(f"--output_dir {out} exists and is not empty; pass --overwrite_output_dir "
-                              "(Python: overwrite_output_dir=True) to write into it, or choose another folder.")
+                              "(Python: overwrite_output_dir=True) to write into it, or --resume to continue the "
+                              "run it holds, or choose another folder.")
 
 
 def _build_models(args: DistillArguments):
-    """(teacher, student, the student's tokenizer, device): the teacher frozen in eval mode, the student in
-    train mode, both on the device."""
+    """(teacher, student, the student's tokenizer): the teacher frozen in eval mode, the student in train mode
+    (the training loop puts them on its device)."""
     from transformers import AutoTokenizer
 
     from ..data.tokenizers import fit_tokenizer_to_model
@@ -461,75 +762,16 @@ def _build_models(args: DistillArguments):
     # The student's own tokenizer: the teacher's, emitting what the student takes (a DistilBERT student of a
     # BERT teacher takes no token_type_ids). A copy, so a tokenizer passed in is left as it was.
     tokenizer = fit_tokenizer_to_model(copy.copy(tokenizer), student)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    teacher.to(device).eval()
-    student.to(device).train()
+    teacher.eval()
+    student.train()
     for p in teacher.parameters():
         p.requires_grad_(False)
-    return teacher, student, tokenizer, device
-
-
-def _prepare_data(tokenizer, args: DistillArguments, device):
-    """(held-out batches on the device, endless training batches): the corpus's sequences in a seeded
-    order, the first `eval_sequences` (at most a fifth) held out, each side masked by its own collator."""
-    from ..data import DataCollatorForMLM
-
-    sequences = _sequences(tokenizer, args)
-    generator = torch.Generator().manual_seed(args.seed)
-    held_out = min(args.eval_sequences, len(sequences) // 5)
-    order = torch.randperm(len(sequences), generator=generator).tolist()
-    eval_seqs = [sequences[i] for i in order[:held_out]]
-    train_seqs = [sequences[i] for i in order[held_out:]]
-    eval_collator = DataCollatorForMLM(tokenizer, mlm_probability=args.mlm_probability, seed=args.seed + 1)
-    eval_batches = [to_device(eval_collator([{"input_ids": s} for s in eval_seqs[i:i + args.batch_size]]), device)
-                    for i in range(0, len(eval_seqs), args.batch_size)]
-    collator = DataCollatorForMLM(tokenizer, mlm_probability=args.mlm_probability, seed=args.seed)
-    return eval_batches, _batches(train_seqs, collator, args.batch_size, generator)
-
-
-def _train(student, teacher, batches, args: DistillArguments, device) -> list[dict]:
-    """`max_steps` AdamW steps (linear warmup and decay) on the distillation loss; one history entry per step."""
-    from tqdm.auto import tqdm
-    from transformers import get_linear_schedule_with_warmup
-
-    loss_fn = DistillationLoss(args.temperature, args.alpha_ce, args.alpha_mlm, args.alpha_cos)
-    optimizer = torch.optim.AdamW(parameter_groups(student, args.weight_decay), lr=args.learning_rate,
-                                  eps=args.adam_epsilon, betas=(0.9, 0.98))
-    scheduler = get_linear_schedule_with_warmup(optimizer, round(args.warmup_ratio * args.max_steps), args.max_steps)
-    history = []
-    bar = tqdm(total=args.max_steps, desc="distill", unit="step", disable=not args.progress)
-    for step in range(1, args.max_steps + 1):
-        totals = dict(loss=0.0, ce=0.0, mlm=0.0, cos=0.0)
-        for _ in range(args.gradient_accumulation_steps):
-            batch = to_device(next(batches), device)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
-                with torch.no_grad():
-                    t_logits, t_hidden = _forward(teacher, batch)
-                s_logits, s_hidden = _forward(student, batch)
-                terms = loss_fn(s_logits, t_logits, s_hidden, t_hidden, batch["attention_mask"], batch["labels"])
-            (terms.loss / args.gradient_accumulation_steps).backward()
-            for name in totals:
-                totals[name] += getattr(terms, name).item() / args.gradient_accumulation_steps
-        if args.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(student.parameters(), args.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        history.append({"step": step, **{k: round(v, 6) for k, v in totals.items()}, "lr": scheduler.get_last_lr()[0]})
-        bar.update(1)
-        if step % args.logging_steps == 0 or step == args.max_steps:
-            bar.set_postfix(loss=f"{totals['loss']:.3f}", ce=f"{totals['ce']:.3f}", mlm=f"{totals['mlm']:.3f}",
-                            cos=f"{totals['cos']:.3f}")
-    bar.close()
-    return history
+    return teacher, student, tokenizer
 
 
 def _save(result: DistillResult, teacher, args: DistillArguments, seconds: float) -> None:
-    """The student and its tokenizer in --output_dir, with `distill_log.json` (settings, agreement, history)."""
+    """`distill_log.json` (settings, agreement, history) beside the student and tokenizer in --output_dir."""
     out, student = Path(args.output_dir), result.student
-    out.mkdir(parents=True, exist_ok=True)
-    student.save_pretrained(out)
-    result.tokenizer.save_pretrained(out)
     settings = {k: (v if isinstance(v, (str, int, float, bool, list, type(None))) else repr(v))
                 for k, v in asdict(args).items()}
     log = {"arguments": settings, "teacher": teacher.config.model_type, "student": student.config.model_type,

@@ -1,5 +1,6 @@
-"""Finetuning with transformers' `Trainer` and PEFT: sequence classification, token classification and
-extractive question answering, on any `datasets` source, fully or with LoRA adapters.
+"""Finetuning with transformers' `Trainer` and PEFT: sequence classification, token classification,
+extractive question answering and causal-LM supervised finetuning (SFT), on any `datasets` source, fully, with
+LoRA adapters, or with LoRA on a 4-bit base (QLoRA).
 
     from hf_xfmr.training import FinetuneArguments, finetune
     result = finetune(FinetuneArguments(model_name_or_path="my-bert", dataset="data/", lora=True, merge=True))
@@ -16,6 +17,13 @@ LoRA: adapters go on the projections every hf_xfmr architecture names alike (`DE
 so one list fits all. The task head, and any module the checkpoint did not provide (e.g. BERT's pooler
 when starting from an MLM checkpoint), are trained in full and saved with the adapter (PEFT's
 `modules_to_save`; its default list would miss heads named e.g. `qa_outputs` or `sequence_summary`).
+A causal LM's head is the pretrained `lm_head` (tied to the embeddings in most models): it stays frozen.
+
+SFT (`task="causal-lm"`, any architecture with a causal-LM head): rows in TRL's shapes, tokenized by
+`hf_xfmr.data.sft` with the loss on the assistant turns / completions, batched padded or padding-free
+(`padding_free=True`); evaluation reports the loss and its perplexity. `load_in_4bit=True` loads the checkpoint
+with bitsandbytes NF4 weights, prepares it with `peft.prepare_model_for_kbit_training` and trains LoRA adapters;
+`merge=True` then folds the adapters into a full-precision copy of the checkpoint.
 
 Outputs under `output_dir`: `model/` (full finetuning) or `adapter/` (LoRA: adapter weights, the head,
 the head config and the tokenizer; `load_adapter_model` reattaches it to a fresh base), `merged/` with
@@ -44,6 +52,7 @@ from ..hub.repo_id import check_model_id, check_repo_id
 from ..models.hub_loading import CheckpointSourceError, resolve_checkpoint
 from ..models.weights import check_weight_files
 from .finetune_tasks import (
+    CAUSAL_LM,
     CLASSIFICATION,
     LABEL_COLUMNS,
     MODEL_INPUTS,
@@ -56,6 +65,7 @@ from .finetune_tasks import (
     check_answers,
     classification_metrics,
     label_mapping,
+    perplexity,
     pick_column,
     postprocess_qa,
     qa_metrics,
@@ -70,7 +80,7 @@ logger = logging.getLogger(__name__)
 
 from .arguments import DEFAULT_LORA_TARGETS  # noqa: E402  (the default of --lora_target_modules)
 BUILTIN_DATASETS = ("vader", "vader-3way")  # hf_xfmr.data.labelled
-DEFAULT_BEST_METRIC = {CLASSIFICATION: "accuracy", TAGGING: "f1", QUESTION_ANSWERING: "f1"}
+DEFAULT_BEST_METRIC = {CLASSIFICATION: "accuracy", TAGGING: "f1", QUESTION_ANSWERING: "f1", CAUSAL_LM: "loss"}
 DATA_BUILDERS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet",
                  ".txt": "text", ".arrow": "arrow"}
 QA_HIDDEN_COLUMNS = ("example_index", "context_offsets")  # kept aside for post-processing, not model inputs
@@ -259,6 +269,13 @@ def _find_columns(columns: list[str], args: FinetuneArguments) -> dict:
     elif args.task == TAGGING:
         found = {"tokens": pick_column(columns, args.tokens_column, TOKENS_COLUMNS, "words", "tokens_column"),
                  "tags": pick_column(columns, args.tags_column, TAGS_COLUMNS, "tags", "tags_column")}
+    elif args.task == CAUSAL_LM:
+        from ..data.sft import SFTDataError, sft_format
+
+        try:
+            found = sft_format(columns, args.text_column)[1]
+        except SFTDataError as err:
+            raise FinetuneError(str(err)) from None
     else:
         found = {"question": pick_column(columns, args.question_column, (), "questions", "question_column"),
                  "context": pick_column(columns, args.context_column, (), "contexts", "context_column"),
@@ -278,7 +295,7 @@ def _inspect_columns(raw, args: FinetuneArguments) -> _TaskData:
         names, lookup = label_mapping(raw, found["label"])
     elif args.task == TAGGING:
         names, lookup = label_mapping(raw, found["tags"], per_token=True)
-    else:
+    elif args.task == QUESTION_ANSWERING:
         for split_name, split in raw.items():
             check_answers(split, found["answers"], found["context"], split_name)
     return _TaskData(raw=raw, columns=found, label_names=names, lookup=lookup)
@@ -287,7 +304,8 @@ def _inspect_columns(raw, args: FinetuneArguments) -> _TaskData:
 def _text_columns(args: FinetuneArguments, found: dict) -> dict[str, str]:
     """The columns of `found` that hold the texts (words for tagging), each with the option naming it."""
     options = {"text": "text_column", "pair": "text_pair_column", "tokens": "tokens_column",
-               "question": "question_column", "context": "context_column"}
+               "question": "question_column", "context": "context_column",
+               "messages": "text_column", "prompt": "text_column", "completion": "text_column"}
     return {found[role]: option for role, option in options.items() if found.get(role) is not None}
 
 
@@ -303,7 +321,10 @@ def _skip_rows_without_text(raw, args: FinetuneArguments):
     kept = {}
     for split_name, split in raw.items():
         present = {column: option for column, option in columns.items() if column in split.column_names}
-        missing = rows_without_text(split, present, split_name, word_lists=args.task == TAGGING)
+        if args.task == CAUSAL_LM:
+            missing = _sft_rows_without_content(split, args, split_name)
+        else:
+            missing = rows_without_text(split, present, split_name, word_lists=args.task == TAGGING)
         if missing and len(missing) == len(split):
             raise FinetuneError(f"Split {split_name!r} has no row with a value in column(s) {', '.join(columns)}: "
                                 "every one is empty. Check the data, or name the right column(s) with "
@@ -319,8 +340,20 @@ def _skip_rows_without_text(raw, args: FinetuneArguments):
     return datasets.DatasetDict(kept)
 
 
+def _sft_rows_without_content(split, args: FinetuneArguments, split_name: str) -> list[int]:
+    """Rows of an SFT split with an empty column (skipped); a FinetuneError for a row of the wrong shape."""
+    from ..data.sft import SFTDataError, check_sft_rows, sft_format
+
+    try:
+        return check_sft_rows(split, *sft_format(split.column_names, args.text_column), split_name)
+    except SFTDataError as err:
+        raise FinetuneError(str(err)) from None
+
+
 def _tokenize(data: _TaskData, tokenizer, args: FinetuneArguments, accepted: set[str]) -> None:
     max_length = min(args.max_seq_length, tokenizer.model_max_length)
+    if args.task == CAUSAL_LM:
+        return _tokenize_sft(data, tokenizer, args, max_length)
     cols = data.columns
     for split_name, split in data.raw.items():
         if args.task == CLASSIFICATION:
@@ -343,6 +376,48 @@ def _tokenize(data: _TaskData, tokenizer, args: FinetuneArguments, accepted: set
         data.features[split_name] = features.select_columns(keep)
 
 
+def _tokenize_sft(data: _TaskData, tokenizer, args: FinetuneArguments, max_length: int) -> None:
+    """SFT rows -> `input_ids` and `labels` (`data.sft.tokenize_sft`); rows left with nothing to predict (a
+    prompt that fills --max_seq_length) are dropped with a warning."""
+    from ..data.sft import MESSAGES, SFTDataError, has_targets, is_conversational, sft_format, tokenize_sft
+
+    fmt, columns = sft_format(data.raw["train"].column_names, args.text_column)
+    if fmt == MESSAGES or is_conversational(data.raw["train"][0]):
+        _require_chat_tokenizer(tokenizer)
+    for split_name, split in data.raw.items():
+        kwargs = dict(tokenizer=tokenizer, fmt=fmt, columns=columns, max_length=max_length,
+                      loss_on_prompt=args.loss_on_prompt)
+        try:
+            features = split.map(tokenize_sft, fn_kwargs=kwargs, batched=True, remove_columns=split.column_names,
+                                 desc=f"tokenizing {split_name}")
+        except SFTDataError as err:
+            raise FinetuneError(str(err)) from None
+        empty = [i for i, labels in enumerate(features["labels"]) if not has_targets(labels)]
+        if len(empty) == len(features):
+            raise FinetuneError(f"No row of split {split_name!r} has a token to learn within --max_seq_length "
+                                f"{max_length}: the prompts fill it. Raise --max_seq_length (or pass "
+                                "--loss_on_prompt).")
+        if empty:
+            logger.warning("Dropped %d of %d rows of split %r: nothing left to learn within --max_seq_length %d (the "
+                           "prompt fills it).", len(empty), len(features), split_name, max_length)
+            dropped = set(empty)
+            features = features.select([i for i in range(len(features)) if i not in dropped])
+        data.features[split_name] = features
+
+
+def _require_chat_tokenizer(tokenizer) -> None:
+    """Chat rows need a chat template and (to find the assistant turns) a fast tokenizer's character offsets."""
+    from ..data.sft import SFTDataError, require_chat_template
+
+    try:
+        require_chat_template(tokenizer)
+    except SFTDataError as err:
+        raise FinetuneError(str(err)) from None
+    if not tokenizer.is_fast:
+        raise FinetuneError(f"Chat data needs a fast tokenizer (character offsets find the assistant turns); "
+                            f"{type(tokenizer).__name__} is not one.")
+
+
 # ---------------------------------------------------------------------------------------------
 # Tokenizer and model
 # ---------------------------------------------------------------------------------------------
@@ -353,6 +428,9 @@ def _training_texts(data: _TaskData, task: str) -> list[str]:
         return list(train[cols["text"]]) + (list(train[cols["pair"]]) if cols["pair"] else [])
     if task == TAGGING:
         return [" ".join(words) for words in train[cols["tokens"]]]
+    if task == CAUSAL_LM:  # every text, and every message's content
+        return [m["content"] if isinstance(m, dict) else m for column in cols.values() for value in train[column]
+                for m in (value if isinstance(value, list) else [value])]
     return list(train[cols["question"]]) + list(train[cols["context"]])
 
 
@@ -387,6 +465,15 @@ def _load_tokenizer(args: FinetuneArguments, data: _TaskData):
     return tokenizer
 
 
+def _chat_template(value: str) -> str:
+    from ..data.sft import SFTDataError, resolve_chat_template
+
+    try:
+        return resolve_chat_template(value)
+    except SFTDataError as err:
+        raise FinetuneError(str(err)) from None
+
+
 def _parse_overrides(text: str | None) -> dict:
     """--config_overrides as a dict; a malformed item is a FinetuneError."""
     return parse_config_overrides(text, error=FinetuneError)
@@ -413,7 +500,13 @@ def _model_class(arch, task: str):
     try:
         return arch.model_class(task)
     except ValueError as err:
-        raise FinetuneError(f"Cannot finetune for {task}: {err}") from None
+        hint = ""
+        if task == CAUSAL_LM:  # decided by the registry: every architecture with a causal-LM head
+            from hf_xfmr.models.registry import architectures
+
+            decoders = ", ".join(a.name for a in architectures() if CAUSAL_LM in a.classes)
+            hint = f" Causal-LM / SFT finetuning needs a decoder with a causal-LM head: {decoders}."
+        raise FinetuneError(f"Cannot finetune for {task}: {err}{hint}") from None
 
 
 def _adopt_checkpoint_labels(config: dict, model_class, data: _TaskData) -> None:
@@ -485,7 +578,7 @@ def _from_checkpoint(args: FinetuneArguments, data: "_TaskData"):
 
     path = Path(args.model_name_or_path)
     with held_load_report():
-        model, info = _load_head(path, args.task, data)
+        model, info = _load_head(path, args.task, data, **_quantization_kwargs(args))
     mismatched = [entry[0] if isinstance(entry, tuple) else entry for entry in info.get("mismatched_keys", [])]
     if mismatched:
         logger.warning("Re-initialised %s: their shapes in %s do not fit this task's labels.", mismatched, path)
@@ -496,6 +589,23 @@ def _from_checkpoint(args: FinetuneArguments, data: "_TaskData"):
         logger.warning("%s has no weights for %s (outside the task head): they start from random values and are "
                        "trained.", path, ", ".join(outside))
     return model, fresh
+
+
+def _quantization_kwargs(args: FinetuneArguments) -> dict:
+    """`from_pretrained` keywords of --load_in_4bit: bitsandbytes NF4 weights, computing in bf16 with --bf16, else
+    fp32 (CPUs without bf16 kernels run fp32 fastest, and the LoRA updates stay exact)."""
+    if not args.load_in_4bit:
+        return {}
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        raise FinetuneError("--load_in_4bit needs bitsandbytes: pip install 'hf_xfmr[qlora]'.") from None
+    return {"quantization_config": BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=torch.bfloat16 if args.bf16 else torch.float32)}
 
 
 def _scratch_architecture(args: FinetuneArguments):
@@ -561,21 +671,37 @@ def lora_targets(model, requested: list[str] | None) -> list[str]:
     return found
 
 
+def expert_parameters(model) -> list[str]:
+    """PEFT `target_parameters` for the stacked expert weights of sparse mixture-of-experts blocks
+    (`layers.moe.GroupedExperts`: one (E, ...) parameter per projection, not one `nn.Linear` per expert)."""
+    from ..layers.moe import GroupedExperts
+
+    if not any(isinstance(module, GroupedExperts) for module in model.modules()):
+        return []
+    return ["experts.gate_up_proj", "experts.down_proj"]
+
+
 def apply_lora(model, task: str, *, r: int = 8, alpha: int = 16, dropout: float = 0.05,
                target_modules: list[str] | None = None, fresh_modules=None):
     """Wrap `model` in a PEFT LoRA model. Trained in full and saved with the adapter: the task head, and
-    `fresh_modules` (modules the checkpoint did not provide, e.g. a new pooler)."""
+    `fresh_modules` (modules the checkpoint did not provide, e.g. a new pooler). With the default targets, a
+    mixture of experts gets adapters on its stacked expert weights too (PEFT's `target_parameters`, which
+    takes no dropout)."""
     from peft import LoraConfig, TaskType, get_peft_model
 
     task_type = {CLASSIFICATION: TaskType.SEQ_CLS, TAGGING: TaskType.TOKEN_CLS,
-                 QUESTION_ANSWERING: TaskType.QUESTION_ANS}[task]
+                 QUESTION_ANSWERING: TaskType.QUESTION_ANS, CAUSAL_LM: TaskType.CAUSAL_LM}[task]
     targets = lora_targets(model, target_modules)
-    to_save = head_modules(model)
+    experts = [] if target_modules else expert_parameters(model)
+    if experts and dropout:
+        logger.info("LoRA on the experts' stacked weights takes no dropout: --lora_dropout %g is set to 0.", dropout)
+        dropout = 0.0
+    to_save = [] if task == CAUSAL_LM else head_modules(model)  # a causal LM's head is pretrained: it stays frozen
     for name in sorted(fresh_modules or ()):
         if not any(name == h or name.startswith(h + ".") for h in to_save) and name.rsplit(".", 1)[-1] not in targets:
             to_save.append(name)
     config = LoraConfig(task_type=task_type, r=r, lora_alpha=alpha, lora_dropout=dropout,
-                        target_modules=targets, modules_to_save=to_save)
+                        target_modules=targets, modules_to_save=to_save, target_parameters=experts or None)
     peft_model = get_peft_model(model, config)
     # PEFT appends its own head names for classification ("classifier", "score") to ours, repeating
     # "classifier": adapter_config.json lists each module once.
@@ -614,6 +740,18 @@ def load_adapter_model(adapter_dir, base_model_name_or_path=None):
         logger.warning("%d weight(s) are neither in the base model %s nor in the adapter %s, so they are randomly "
                        "initialised: %s", len(missing), base, adapter_dir, ", ".join(missing))
     return PeftModel.from_pretrained(model, adapter_dir)
+
+
+def _head_config(config):
+    """The config saved next to an adapter: the base's, without a 4-bit `quantization_config` (the adapter
+    belongs to the checkpoint's weights, which `load_adapter_model` and merging load in full precision)."""
+    if getattr(config, "quantization_config", None) is None:
+        return config
+    import copy
+
+    config = copy.deepcopy(config)
+    del config.quantization_config
+    return config
 
 
 def _adapter_restores(adapter_dir: Path) -> set[str]:
@@ -720,6 +858,15 @@ def _trainer(nan_policy: str, **kwargs):
     class FinetuneTrainer(Trainer):
         skipped_batches = 0
 
+        def _issue_warnings_after_load(self, load_result):
+            # Reloading the best checkpoint: a tied weight (a causal LM's lm_head) is saved once, under the
+            # embeddings, and stays tied, so its key is not "missing" (Trainer only knows the older
+            # `_keys_to_ignore_on_save` list).
+            tied = set(getattr(self.model, "_tied_weights_keys", None) or ())
+            if tied and getattr(self.model.config, "tie_word_embeddings", False):
+                load_result.missing_keys[:] = [key for key in load_result.missing_keys if key not in tied]
+            super()._issue_warnings_after_load(load_result)
+
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             result = super().compute_loss(model, inputs, return_outputs=return_outputs,
                                           num_items_in_batch=num_items_in_batch)
@@ -757,6 +904,8 @@ def _nonfinite_message(model, step: int) -> str:
 
 
 def _compute_metrics(task: str, data: _TaskData, split: str):
+    if task == CAUSAL_LM:
+        return None  # the evaluation loss (and its perplexity, added afterwards) is the metric
     if task == CLASSIFICATION:
         return lambda p: classification_metrics(p.predictions, p.label_ids)
     if task == TAGGING:
@@ -811,12 +960,18 @@ def _training_arguments(args: FinetuneArguments, train_size: int, checkpoints: P
         dataloader_pin_memory=torch.cuda.is_available() and not args.use_cpu,
         report_to=args.report_to, disable_tqdm=args.disable_tqdm, remove_unused_columns=False,
         label_names=["start_positions", "end_positions"] if args.task == QUESTION_ANSWERING else ["labels"],
+        prediction_loss_only=args.task == CAUSAL_LM,  # SFT evaluates its loss: the (N, V) logits are not kept
     )
 
 
-def _collator(task: str, tokenizer):
+def _collator(task: str, tokenizer, padding_free: bool = False):
     from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, default_data_collator
 
+    if task == CAUSAL_LM:
+        from ..data.sft import DataCollatorForSFT
+
+        pad = next((i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id) if i is not None), 0)  # masked out
+        return DataCollatorForSFT(pad, padding_free=padding_free)
     if task == CLASSIFICATION:
         return DataCollatorWithPadding(tokenizer)
     if task == TAGGING:
@@ -903,6 +1058,8 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
     transformers.set_seed(args.seed)
     data = _prepare_data(args, dataset)
     tokenizer = tokenizer if tokenizer is not None else _load_tokenizer(args, data)
+    if args.chat_template is not None:  # used to render the chats, and saved with the tokenizer
+        tokenizer.chat_template = _chat_template(args.chat_template)
     model, collator = _build_model(args, data, tokenizer, out)
     trainer = _build_trainer(args, model, tokenizer, collator, data, out)
     metrics = _train_and_evaluate(trainer, args, data, given_dataset=dataset is not None)
@@ -974,8 +1131,12 @@ def _build_model(args: FinetuneArguments, data: _TaskData, tokenizer, out: Path)
     fit_tokenizer_to_model(tokenizer, model)  # emit and save only what this model takes (DistilBERT: no token types)
     accepted = set(inspect.signature(model.forward).parameters) & set(MODEL_INPUTS)
     _tokenize(data, tokenizer, args, accepted)
-    collator = _collator(args.task, tokenizer)
+    collator = _collator(args.task, tokenizer, args.padding_free)
     _preflight(model, collator, data.features["train"], args.task)
+    if args.load_in_4bit:  # frozen 4-bit base, fp32 norms and embeddings, gradient checkpointing (QLoRA recipe)
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, gradient_checkpointing_kwargs={"use_reentrant": False})
     if args.lora:
         if fresh is None:  # from scratch: the adapter's base is this initialisation, so keep it
             model.save_pretrained(out / "base")
@@ -990,6 +1151,7 @@ def _build_trainer(args: FinetuneArguments, model, tokenizer, collator, data: _T
     """The Trainer, logging to `log_history.jsonl`, checkpointing in `checkpoints/`, and (classification)
     warning when the run stays at chance."""
     callbacks, compute_metrics = [_jsonl_callback(out / LOG_HISTORY)], _compute_metrics(args.task, data, "validation")
+    logits_for_metrics = None if args.task in (QUESTION_ANSWERING, CAUSAL_LM) else _argmax_logits
     if args.task == CLASSIFICATION:  # warns when the run stays at chance
         callbacks.append(stuck_finetune_callback(len(data.label_names), data.label_names))
         compute_metrics = callbacks[-1].watch(compute_metrics)
@@ -999,7 +1161,7 @@ def _build_trainer(args: FinetuneArguments, model, tokenizer, collator, data: _T
         train_dataset=data.features["train"], eval_dataset=data.features["validation"],
         processing_class=tokenizer, data_collator=collator,
         compute_metrics=compute_metrics,
-        preprocess_logits_for_metrics=None if args.task == QUESTION_ANSWERING else _argmax_logits,
+        preprocess_logits_for_metrics=logits_for_metrics,
         callbacks=callbacks,
     )
 
@@ -1017,6 +1179,10 @@ def _train_and_evaluate(trainer, args: FinetuneArguments, data: _TaskData, given
     if "test" in data.features:
         trainer.compute_metrics = _compute_metrics(args.task, data, "test")
         metrics["test"] = trainer.evaluate(data.features["test"], metric_key_prefix="test")
+    if args.task == CAUSAL_LM:
+        for prefix in ("eval", "test"):
+            if prefix in metrics:
+                metrics[prefix][f"{prefix}_perplexity"] = perplexity(metrics[prefix][f"{prefix}_loss"])
     if args.task == CLASSIFICATION:
         metrics["baseline"] = {f"{split}_majority_accuracy": _majority_baseline(data, split)
                                for split in ("validation", "test") if split in data.features}
@@ -1039,10 +1205,12 @@ def _save_model(trainer, tokenizer, args: FinetuneArguments, metrics: dict, out:
         name_base_model_in_adapter_card(adapter_dir, metrics["provenance"]["base_model"])
         base = model.get_base_model()
         base.config.architectures = [type(base).__name__]  # the head class, not the checkpoint's
-        base.config.save_pretrained(adapter_dir)  # so load_adapter_model rebuilds this head with these labels
+        _head_config(base.config).save_pretrained(adapter_dir)  # so load_adapter_model rebuilds this head
         tokenizer.save_pretrained(adapter_dir)
         if args.merge:
-            model = model.merge_and_unload()
+            # 4-bit: the adapters go into a full-precision copy of the base (the checkpoint's own weights), not
+            # into the NF4 ones, which merging would dequantize with their rounding error and quantize again.
+            model = (load_adapter_model(adapter_dir) if args.load_in_4bit else model).merge_and_unload()
             merged_dir = dirs["merged_dir"] = out / "merged"
             model.save_pretrained(merged_dir)
             tokenizer.save_pretrained(merged_dir)

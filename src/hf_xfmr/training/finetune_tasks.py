@@ -1,9 +1,11 @@
 """What each finetuning task needs besides the model: labels, tokenization, metrics, QA post-processing.
 
-Three tasks, named as in the model registry:
+Four tasks, named as in the model registry:
     sequence-classification   one label per text (or text pair): accuracy and macro-F1
     token-classification      one tag per word: token-level accuracy and F1
     question-answering        an answer span inside a context (SQuAD format): exact match and F1
+    causal-lm                 supervised finetuning (SFT) of a decoder on chats, prompt/completion pairs or
+                              texts (`hf_xfmr.data.sft`): evaluation loss and perplexity
 
 Everything here is plain Python/numpy on `datasets` rows; `finetune.py` wires it into a `Trainer`.
 User mistakes (a missing column, unlabelled rows, an answer that is not in its context) raise
@@ -12,6 +14,7 @@ User mistakes (a missing column, unlabelled rows, an answer that is not in its c
 """
 
 import collections
+import math
 import re
 import string
 from typing import Sequence
@@ -22,7 +25,8 @@ IGNORE_INDEX = -100
 CLASSIFICATION = "sequence-classification"
 TAGGING = "token-classification"
 QUESTION_ANSWERING = "question-answering"
-FINETUNE_TASKS = (CLASSIFICATION, TAGGING, QUESTION_ANSWERING)
+CAUSAL_LM = "causal-lm"  # SFT: any architecture with a causal-LM head
+FINETUNE_TASKS = (CLASSIFICATION, TAGGING, QUESTION_ANSWERING, CAUSAL_LM)
 
 # Column names tried, in order, when the user names none.
 TEXT_COLUMNS = ("text", "sentence", "sentence1", "content", "review", "document")
@@ -293,6 +297,12 @@ def tagging_metrics(predictions: np.ndarray, labels: np.ndarray, outside_id: int
         gold = int(np.sum(labels != outside_id))
         f1 = 0.0 if tp == 0 else 2 * tp / (predicted + gold)
     return {"accuracy": macro["accuracy"], "f1": float(f1), "macro_f1": macro["f1"]}
+
+
+def perplexity(loss: float) -> float:
+    """exp(mean next-token cross-entropy in nats): the perplexity a causal LM's evaluation loss stands for
+    (inf past float range)."""
+    return math.exp(loss) if loss < 709 else math.inf
 
 
 def normalize_answer(text: str) -> str:

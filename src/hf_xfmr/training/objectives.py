@@ -14,6 +14,11 @@ An `Objective` says everything the pretraining loop needs to train an architectu
 | `decoder_length` | encoder-decoders: the longest target a batch can have (length check)        |
 | `unused_parameters` | some parameters get no gradient in a step: DDP looks for them (XLNet `plm`) |
 | `packable`       | `--packing` packs its examples into full rows (each kept apart: `cu_seqlens`) |
+| `model_class`    | the module it trains when that is not the task's model (ELECTRA's generator + |
+|                  | discriminator); its forward returns the loss                                |
+| `config_options` | config fields set from `PretrainArguments` fields (`--generator_size_ratio`) |
+| `logged_outputs` | scalar outputs averaged per step and logged beside the loss (loss terms)    |
+| `export`         | writes the trained module as the final model (default `save_pretrained`)    |
 | state hooks      | `initial_state` / `step_inputs` / `update_state`, for objectives that carry |
 |                  | state from one step to the next (XLNet's memory)                           |
 
@@ -113,6 +118,12 @@ def _no_metrics(batch: dict, outputs: Any) -> dict[str, tuple[float, float]]:
     return {}
 
 
+def save_model(model, folder) -> Any:
+    """The default `Objective.export`: `model.save_pretrained(folder)`; returns `model`."""
+    model.save_pretrained(folder)
+    return model
+
+
 @dataclass(frozen=True)
 class Objective:
     """One pretraining objective (see the module docstring for the fields and the state hooks).
@@ -143,6 +154,14 @@ class Objective:
     # `--packing`: `build_examples` packs its examples into full rows (`ObjectiveSettings.packing`) and the
     # collator passes their boundaries on, so that every example attends to itself only.
     packable: bool = False
+    # model_class(arch) -> the class of the module trained, when it is not `arch.model_class(task)`.
+    model_class: Callable[[Any], type] | None = None
+    # config field -> `PretrainArguments` field setting it (when not None); refused with other objectives.
+    config_options: Mapping[str, str] = field(default_factory=dict)
+    # Scalar outputs (besides `loss`) averaged over each step's micro-batches and logged with it.
+    logged_outputs: tuple[str, ...] = ()
+    # export(trained module, folder) -> the final model, written to `folder`.
+    export: Callable[[Any, Any], Any] = save_model
 
     def __post_init__(self):
         if self.layout not in LAYOUTS:
@@ -607,4 +626,51 @@ register_objective(Objective(
     name="text-infilling", description="BART text infilling (30% of tokens in Poisson(3) spans -> one <mask> each)",
     task="seq2seq-lm", build_examples=_text_infilling_examples, make_collator=_text_infilling_collator,
     required_tokens=("mask_token", "eos_token", "pad_token"), decoder_length=lambda settings: settings.max_seq_length,
+))
+
+
+# ----------------------------------------------------------------------------------------------
+# ELECTRA: replaced-token detection (Clark et al. 2020)
+# ----------------------------------------------------------------------------------------------
+
+RTD_OUTPUTS = ("generator_loss", "discriminator_loss", "generator_accuracy", "replaced_accuracy", "original_accuracy")
+
+
+def _rtd_model_class(arch):
+    """The generator + discriminator module (`XfmrElectraForReplacedTokenDetection`); its forward takes an MLM
+    batch, samples the replacements and returns the weighted loss (`loss`) and `RTD_OUTPUTS`."""
+    from ..models.electra import XfmrElectraForReplacedTokenDetection
+
+    return XfmrElectraForReplacedTokenDetection
+
+
+def _rtd_metrics(batch, outputs) -> dict[str, tuple[float, float]]:
+    """The discriminator's accuracy on the replaced and on the original real tokens, counted over the whole
+    evaluation set (the generator's accuracy is `eval_accuracy`)."""
+    replaced, logits = getattr(outputs, "replaced", None), getattr(outputs, "logits", None)
+    if replaced is None or logits is None:
+        return {}
+    mask = batch.get("attention_mask")
+    real = mask.bool() if mask is not None and mask.dim() == 2 else torch.ones_like(replaced, dtype=torch.bool)
+    replaced, predicted = replaced.bool() & real, logits > 0  # (B, T)
+    original = ~replaced & real
+    return {"replaced_accuracy": (int((predicted & replaced).sum()), int(replaced.sum())),
+            "original_accuracy": (int((~predicted & original).sum()), int(original.sum()))}
+
+
+def _save_rtd(model, folder):
+    """The discriminator in `folder` (an ordinary `ForPreTraining` checkpoint), the generator in
+    `folder/generator` (a `ForMaskedLM` one): the RTD model's own `save_pretrained`."""
+    model.save_pretrained(folder)
+    return model
+
+
+register_objective(Objective(
+    name="rtd", description="replaced-token detection: a small generator fills the masked positions, the "
+                            "discriminator finds the replaced tokens (ELECTRA)",
+    task="pretraining", build_examples=_mlm_examples, make_collator=_mlm_collator(False),
+    required_tokens=("mask_token", "pad_token"), logits_key="generator_logits", metrics=_rtd_metrics,
+    packable=True, model_class=_rtd_model_class, logged_outputs=RTD_OUTPUTS, export=_save_rtd,
+    config_options={"generator_size_ratio": "generator_size_ratio", "generator_loss_weight": "generator_loss_weight",
+                    "discriminator_loss_weight": "discriminator_loss_weight"},
 ))

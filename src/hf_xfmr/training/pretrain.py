@@ -26,7 +26,12 @@ exported: `checkpoint.make_checkpointer` gives the run one component that does i
 backend branches.
 
 Extension points: `PretrainCallback` (observe steps, evaluations, checkpoints) and the objective table
-(`hf_xfmr.training.objectives`), including its state hooks for objectives such as XLNet's memory.
+(`hf_xfmr.training.objectives`), including its state hooks for objectives such as XLNet's memory and, for a
+module of two networks trained as one step (ELECTRA's `rtd`), the module it trains (`model_class`), the
+scalar outputs it logs (`logged_outputs`) and how the final model is written (`export`). A run of another
+kind on the same loop subclasses `Pretrainer` and overrides the steps that differ (`_resolve`,
+`_prepare_data`, `_build_model`, `_start_batches`, `learning_rate`, `evaluate`, `_write_final`):
+`hf_xfmr.training.distill.Distiller` (a student beside its frozen teacher) does.
 """
 
 import dataclasses
@@ -208,14 +213,15 @@ def deepspeed_config_file(args: PretrainArguments) -> Path | None:
     return None
 
 
-def make_accelerator(args: PretrainArguments, *, find_unused_parameters: bool = False):
+def make_accelerator(args: PretrainArguments, *, find_unused_parameters: bool = False,
+                     force_cpu: bool = False):
     """An `Accelerator` for this machine: CPU processes talk over gloo; DeepSpeed compiles nothing on CPU.
     `find_unused_parameters`: DDP looks for parameters without a gradient after each backward (the
-    objective's `unused_parameters`)."""
+    objective's `unused_parameters`); `force_cpu`: train on the CPU even when a GPU is available."""
     from accelerate import Accelerator
     from accelerate.utils import DeepSpeedPlugin, InitProcessGroupKwargs
 
-    cpu = not torch.cuda.is_available()
+    cpu = force_cpu or not torch.cuda.is_available()
     if cpu and args.mixed_precision == "fp16":
         raise ValueError("--mixed_precision fp16 needs a GPU (CPU autocast runs in bfloat16); use bf16 on CPU.")
     deepspeed = _using_deepspeed(args)
@@ -309,7 +315,8 @@ def resolve_objective(args: PretrainArguments):
         raise ValueError(f"--packing: the {name!r} objective builds its own rows and does not pack them{hint}. "
                          f"Drop --packing or choose another --objective.")
     try:
-        model_class = arch.model_class(objective.task)
+        model_class = objective.model_class(arch) if objective.model_class is not None else \
+            arch.model_class(objective.task)
     except ValueError as err:
         raise ValueError(f"{name!r} trains a {objective.task!r} model: {err}") from None
     return arch, objective, model_class
@@ -360,6 +367,7 @@ def build_config(arch, model_class, tokenizer, objective: Objective, args: Pretr
             values[name] = int(token_id)
     # A callable default is computed from the run's arguments (e.g. XLNet's reuse_len from max_seq_length).
     values.update({k: (v(args) if callable(v) else v) for k, v in objective.config_defaults.items() if k in fields})
+    values.update(objective_config_options(objective, args))
     overrides = parse_config_overrides(args.config_overrides)
     unknown = sorted(k for k in overrides if k not in fields)
     if unknown:
@@ -371,7 +379,23 @@ def build_config(arch, model_class, tokenizer, objective: Objective, args: Pretr
         raise ValueError(f"Cannot build the {arch.name} config (--preset {args.preset}): {err}") from None
 
 
-def _check_sequence_length(model, tokenizer, length: int, decoder_length: int | None = None) -> None:
+# PretrainArguments fields that set config fields of one objective's model (`Objective.config_options`).
+OBJECTIVE_OPTIONS = ("generator_size_ratio", "generator_loss_weight", "discriminator_loss_weight")
+
+
+def objective_config_options(objective: Objective, args: PretrainArguments) -> dict[str, Any]:
+    """The config fields the objective's options set (those given); an option of another objective is refused."""
+    given = {name for name in OBJECTIVE_OPTIONS if getattr(args, name, None) is not None}
+    foreign = sorted(given - set(objective.config_options.values()))
+    if foreign:
+        raise ValueError(f"{', '.join('--' + n for n in foreign)} only apply to an objective that has them (rtd), "
+                         f"not to {objective.name!r}: drop them or choose that --objective.")
+    return {field_name: getattr(args, option) for field_name, option in objective.config_options.items()
+            if getattr(args, option, None) is not None}
+
+
+def _check_sequence_length(model, tokenizer, length: int, decoder_length: int | None = None,
+                           labels: bool = False) -> None:
     """One no-grad forward of a full-length row: a too-short position table fails here, with a clear message.
 
     An encoder-decoder also gets a full-length decoder row: `decoder_length` tokens (the objective's longest
@@ -380,6 +404,8 @@ def _check_sequence_length(model, tokenizer, length: int, decoder_length: int | 
     token = next(i for i in range(len(tokenizer)) if i not in special)
     ids = torch.full((1, length), token, dtype=torch.long)
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if labels:  # a module that computes its loss in forward (RTD): every position a target
+        inputs["labels"] = ids.clone()
     if getattr(model.config, "is_encoder_decoder", False):
         decoder_length = length if decoder_length is None else decoder_length
         inputs["decoder_input_ids"] = torch.full((1, decoder_length), token, dtype=torch.long)
@@ -453,8 +479,16 @@ def _zero_loss(outputs) -> torch.Tensor:
 # Evaluation
 # ----------------------------------------------------------------------------------------------
 
-@torch.no_grad()
 def evaluate(run: PretrainRun, batches: list) -> dict[str, float]:
+    """`_evaluate` with torch's RNG forked: a model that samples (RTD's generator) leaves training's random
+    stream as it was, so evaluating or not does not change the run."""
+    device = run.accelerator.device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        return _evaluate(run, batches)
+
+
+@torch.no_grad()
+def _evaluate(run: PretrainRun, batches: list) -> dict[str, float]:
     """Loss (weighted by targets), perplexity, masked-token accuracy (+ objective metrics), over all processes.
 
     `eval_majority_accuracy` is the accuracy of always predicting the most frequent target token of the
@@ -529,11 +563,28 @@ class StepStats:
     without_targets: float = 0  # micro-batches without any target (their backward pass gives zero gradients)
     non_finite: float = 0  # micro-batches whose loss was NaN or inf
     tokens: float = 0  # real (non-padding) input tokens
+    # The objective's `logged_outputs`: name -> [sum of the finite values, their count] (an accuracy over
+    # replaced tokens is NaN in a batch without any: it does not count).
+    extras: dict[str, list[float]] = field(default_factory=dict)
 
-    def reduce(self, accelerator) -> "StepStats":
-        """The sums over every process: one collective of five float64 numbers."""
-        values = torch.tensor(dataclasses.astuple(self), dtype=torch.float64)
-        return StepStats(*accelerator.reduce(values.to(accelerator.device), reduction="sum").cpu().tolist())
+    def add(self, name: str, value: float) -> None:
+        if math.isfinite(value):
+            total = self.extras.setdefault(name, [0.0, 0.0])
+            total[0], total[1] = total[0] + value, total[1] + 1
+
+    def mean(self, name: str) -> float | None:
+        total, count = self.extras.get(name, (0.0, 0.0))
+        return total / count if count else None
+
+    def reduce(self, accelerator, names: tuple[str, ...] = ()) -> "StepStats":
+        """The sums over every process: one collective of five float64 numbers and two per name of `names`
+        (the objective's `logged_outputs`, the same on every process)."""
+        numbers = [self.loss_sum, self.with_targets, self.without_targets, self.non_finite, self.tokens]
+        for name in names:
+            numbers += self.extras.get(name, [0.0, 0.0])
+        summed = accelerator.reduce(torch.tensor(numbers, dtype=torch.float64).to(accelerator.device),
+                                    reduction="sum").cpu().tolist()
+        return StepStats(*summed[:5], extras={n: summed[5 + 2 * i:7 + 2 * i] for i, n in enumerate(names)})
 
 
 @dataclass
@@ -542,6 +593,7 @@ class LogWindow:
 
     loss: float = 0.0  # sum of the step losses
     steps: int = 0  # steps that had a loss
+    terms: dict[str, tuple[float, int]] = field(default_factory=dict)  # `logged_outputs`: (sum, steps)
     tokens: float = 0
     start: float = field(default_factory=time.perf_counter)  # evaluation and checkpoint time are left out
 
@@ -563,6 +615,7 @@ class Pretrainer:
         self.step, self.final_loss, self.last_saved = 0, None, None
         self.eval_metrics: dict[str, float] = {}
         self.activity = "the setup"  # what the run is doing, for the error of a collective that fails
+        self.force_cpu = False  # train on the CPU even when a GPU is available
 
     # --- setup -----------------------------------------------------------------------------------
 
@@ -579,7 +632,7 @@ class Pretrainer:
         """Step 1: the architecture and objective, the accelerator, the output folder and the checkpoint to
         resume, all decided before anything is written."""
         args = self.args
-        self.arch, self.objective, self.model_class = resolve_objective(args)
+        self._resolve()
         self.deepspeed = _using_deepspeed(args)
         if args.push_to_hub:  # a bad repo id is refused before training, not after it
             from hf_xfmr.hub import check_repo_id
@@ -590,7 +643,7 @@ class Pretrainer:
 
             check_model_id(args.base_model, "--base_model")
         self.accelerator = accelerator = make_accelerator(
-            args, find_unused_parameters=self.objective.unused_parameters)
+            args, find_unused_parameters=self.objective.unused_parameters, force_cpu=self.force_cpu)
         self.world, self.rank, self.is_main = accelerator.num_processes, accelerator.process_index, \
             accelerator.is_main_process
         self.output_dir = output_dir = Path(args.output_dir)
@@ -611,6 +664,12 @@ class Pretrainer:
             self.args = dataclasses.replace(
                 args, model_path=str(resolve_checkpoint(args.model_path, revision=args.revision)))
         self.checkpointer = ckpt.make_checkpointer(output_dir, accelerator, args.save_total_limit, self.deepspeed)
+
+    def _resolve(self) -> None:
+        """What the run trains: `self.arch`, `self.objective` and `self.model_class` (the class of the module
+        the loop trains: the objective's own, e.g. a generator + discriminator, else the architecture's model
+        for the objective's task)."""
+        self.arch, self.objective, self.model_class = resolve_objective(self.args)
 
     def _prepare_data(self) -> None:
         """Step 2: documents, the tokenizer (loaded, or trained once the data checks have passed), the
@@ -695,7 +754,8 @@ class Pretrainer:
         if not (self.deepspeed and _zero3_init()):  # under ZeRO-3 init the parameters are partitioned already
             objective = self.objective
             decoder_length = objective.decoder_length(self.settings) if objective.decoder_length is not None else None
-            _check_sequence_length(model, tokenizer, args.max_seq_length, decoder_length)
+            _check_sequence_length(model, tokenizer, args.max_seq_length, decoder_length,
+                                   labels=objective.model_class is not None)
         self.resume_settings = {
             "arch": self.arch.name, "objective": self.objective.name, "seed": args.seed, "world_size": self.world,
             "per_device_train_batch_size": args.per_device_train_batch_size,
@@ -743,8 +803,12 @@ class Pretrainer:
         from tqdm.auto import tqdm
 
         self.bar = tqdm(total=args.max_steps, initial=self.step, unit="step", dynamic_ncols=True,
-                        desc=f"pretraining {self.arch.name} ({self.objective.name})",
+                        desc=self._description(),
                         disable=not (self.is_main and args.progress_bar))
+
+    def _description(self) -> str:
+        """The progress bar's label."""
+        return f"pretraining {self.arch.name} ({self.objective.name})"
 
     def resume(self, path: Path) -> dict | None:
         """Continue checkpoint `path` once the model is prepared: the engine's state (DeepSpeed; a plain
@@ -835,8 +899,7 @@ class Pretrainer:
         args, run = self.args, self.run
         self.activity = f"step {self.step + 1}"
         n_micro = micro_batches_per_step(self.step, args.gradient_accumulation_steps, args.batch_size_warmup_steps)
-        lr = args.learning_rate * lr_multiplier(args.lr_scheduler, self.step, args.max_steps, args.warmup,
-                                                args.decay_ratio, args.min_lr_ratio)
+        lr = self.learning_rate(self.step)
         for group in run.optimizer.param_groups:
             group["lr"] = lr
         stats = StepStats()
@@ -844,23 +907,35 @@ class Pretrainer:
             self._micro_batch(stats, n_micro, last=i == n_micro - 1)
         self.micro_batches += n_micro
         if self.world > 1:
-            stats = stats.reduce(self.accelerator)
+            stats = stats.reduce(self.accelerator, self.objective.logged_outputs)
         self.counters["batches_without_targets"] += int(stats.without_targets)
         grad_norm = self._update(stats)
         self.step += 1
         run.step = self.step
         step_loss = stats.loss_sum / stats.with_targets if stats.with_targets else None
+        terms = {name: stats.mean(name) for name in self.objective.logged_outputs}
         if step_loss is not None:
             self.final_loss = step_loss
             self.window.loss += step_loss
             self.window.steps += 1
+            for name, value in terms.items():
+                if value is not None:
+                    total, count = self.window.terms.get(name, (0.0, 0))
+                    self.window.terms[name] = (total + value, count + 1)
         self.window.tokens += stats.tokens
-        record = {"step": self.step, "loss": step_loss, "learning_rate": lr, "grad_norm": grad_norm,
+        record = {"step": self.step, "loss": step_loss, **terms, "learning_rate": lr, "grad_norm": grad_norm,
                   "epoch": self.epoch()}
         for callback in self.callbacks:
             callback.on_step_end(run, record)
         self.bar.update(1)
         return record
+
+    def learning_rate(self, step: int) -> float:
+        """The learning rate of optimizer step `step` (0-based): --learning_rate times the --lr_scheduler
+        multiplier (`optim.lr_multiplier`)."""
+        args = self.args
+        return args.learning_rate * lr_multiplier(args.lr_scheduler, step, args.max_steps, args.warmup,
+                                                  args.decay_ratio, args.min_lr_ratio)
 
     def _micro_batch(self, stats: StepStats, n_micro: int, last: bool) -> None:
         """Forward and backward of the next micro-batch, added to `stats`; without gradient sync unless `last`."""
@@ -889,6 +964,8 @@ class Pretrainer:
                 if math.isfinite(value):
                     stats.loss_sum += value
                     stats.with_targets += 1
+                    for name in objective.logged_outputs:  # e.g. the terms of a two-network loss
+                        stats.add(name, float(outputs[name].detach()))
                 else:
                     stats.non_finite += 1
                 backward_loss = loss / n_micro
@@ -919,6 +996,8 @@ class Pretrainer:
             return
         elapsed = max(time.perf_counter() - window.start, 1e-9)
         entry = {"step": step, "epoch": record["epoch"], "loss": window.loss / window.steps if window.steps else None,
+                 **{name: window.terms[name][0] / window.terms[name][1] if name in window.terms else None
+                    for name in self.objective.logged_outputs},
                  "learning_rate": record["learning_rate"], "grad_norm": record["grad_norm"],
                  "tokens_per_second": window.tokens / elapsed, **self.counters}
         self.log.write(entry)
@@ -956,13 +1035,23 @@ class Pretrainer:
         """Step 5: the final model and tokenizer in the output folder, published with --push_to_hub."""
         args = self.args
         self.activity = f"the export of the final model (after step {self.step})"
-        final_model = self.checkpointer.export(self.run.unwrapped_model, self.model_class, self.last_saved)
+        final_model = self.checkpointer.export(self.run.unwrapped_model, self.model_class, self.last_saved,
+                                               fresh=self._fresh_model, write=self._write_final)
         if self.is_main:
             self.tokenizer.save_pretrained(self.output_dir)
         self.accelerator.wait_for_everyone()
         if args.push_to_hub and self.is_main:
             publish(final_model, self.tokenizer, args, self.eval_metrics, self.output_dir / LOG_FILE)
         return final_model
+
+    def _fresh_model(self):
+        """A new, unpartitioned instance of the trained module (DeepSpeed's consolidated weights go into it)."""
+        return self.model_class(self.run.unwrapped_model.config)
+
+    def _write_final(self, model, folder: Path):
+        """Write the trained module `model` as the run's final model in `folder` (the objective's `export`:
+        e.g. a discriminator plus `generator/`); returns the model `PretrainResult.model` holds."""
+        return self.objective.export(model, folder)
 
     def _result(self, final_model) -> PretrainResult:
         state = self.accelerator.state
