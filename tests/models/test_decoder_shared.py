@@ -12,7 +12,7 @@ from transformers import DynamicCache, EncoderDecoderCache, GenerationConfig
 
 from hf_xfmr.layers.masks import decoder_attention_mask
 from hf_xfmr.models.conversion import Conversion, TensorRule, transpose
-from hf_xfmr.models.causal_lm import lm_logits_and_loss
+from hf_xfmr.models.causal_lm import LARGE_VOCABULARY, lm_logits_and_loss, project_to_vocabulary
 from hf_xfmr.models.generation import (
     check_generate_arguments,
     decoder_position_ids,
@@ -188,3 +188,15 @@ def test_tensor_rules_split_fuse_and_transpose_exactly_both_ways():
     assert "blocks.0.ab.weight" in base and "proj.weight" in base
     with pytest.raises(KeyError, match=r"needs \['model.layers.0.b.weight'\] as well"):
         conversion.state_dict_to_transformers({"model.layers.0.a.weight": torch.zeros(3, 4)}, "special")
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("rows", [1, 8, 65])
+def test_vocabulary_projection_of_a_decoding_step_equals_the_linear_layer(rows, bias):
+    """A few rows onto a large vocabulary run as (W @ h^T)^T without autograd (65 rows and training: as is)."""
+    torch.manual_seed(0)
+    head = nn.Linear(16, LARGE_VOCABULARY, bias=bias)
+    hidden = torch.randn(rows, 1, 16)  # (B, T', C): one new position per row
+    with torch.no_grad():
+        assert_close(project_to_vocabulary(head, hidden), head(hidden), rtol=0, atol=1e-5)
+    assert project_to_vocabulary(head, hidden).requires_grad  # with autograd: the layer itself

@@ -27,4 +27,4 @@ from .harness import (  # noqa: F401  (the public harness API)
     to_markdown,
 )
 
-from . import albert, bart, bert, distilbert, finetune, gpt, modernbert, t5, toy, xlnet  # noqa: E402, F401  (each registers its cases)
+from . import albert, bart, bert, distilbert, electra, finetune, gpt, llama, modernbert, t5, toy, xlnet  # noqa: E402, F401  (each registers its cases)

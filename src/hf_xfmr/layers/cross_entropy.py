@@ -9,7 +9,8 @@ gradients of `hidden`, `W` and `b`. Only a (chunk, V) block is alive at a time, 
 is the same as the naive forward + backward (three N x C x V products), so it costs no extra time.
 
 Because the gradients are formed during the forward, `backward` only scales them by the incoming
-gradient (the loss is a scalar). Outside autograd (no_grad / eval) the gradient work is skipped.
+gradient (the loss is a scalar). Outside autograd (no_grad / eval) the gradient work is skipped, and rows
+whose label is `ignore_index` (padding, prompts, each sequence's last token) are dropped before any product.
 """
 
 import torch
@@ -96,4 +97,18 @@ def linear_cross_entropy(hidden, weight, bias=None, labels=None, *, ignore_index
     labels = labels.reshape(-1)  # (N,)
     if hidden.shape[0] != labels.shape[0]:
         raise ValueError(f"hidden has {hidden.shape[0]} rows but labels has {labels.shape[0]} entries")
+    hidden, labels = _counted_rows(hidden, labels, ignore_index)
     return _LinearCrossEntropy.apply(hidden, weight, bias, labels, ignore_index, chunk_size)
+
+
+def _counted_rows(hidden, labels, ignore_index: int):
+    """Only the rows whose label counts: padding, prompts under a completion-only loss and each sequence's last
+    token cost no vocabulary projection (their gradient is zero anyway; index_select's backward puts it back).
+    Kept whole under torch.compile, where the data-dependent row count would break the graph."""
+    if torch.compiler.is_compiling():
+        return hidden, labels
+    counted = labels != ignore_index  # (N,)
+    if bool(counted.all()):
+        return hidden, labels
+    rows = counted.nonzero().squeeze(1)  # (M,)
+    return hidden.index_select(0, rows), labels.index_select(0, rows)
