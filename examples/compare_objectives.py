@@ -7,6 +7,8 @@ sequence length), one per objective:
     MLM  ModernBERT (masked language modelling, 30% masking), or BERT where ModernBERT is not installed
     PLM  XLNet (permutation language modelling)
     CLM  GPT (next-token prediction)
+    RTD  ELECTRA (replaced-token detection: a generator a quarter of the width fills 15% masked positions, the
+         discriminator, the model that is finetuned, learns from every token which ones were replaced)
 
 then finetunes each one the same way (all weights, same steps and learning rate) on `--labelled` VADER sentiment
 sentences (positive / negative; the checkpoint with the best validation accuracy is tested), once per finetuning
@@ -25,7 +27,7 @@ objective predicts different tokens, so these compare runs of one objective, not
 test accuracy, mean and spread over the finetuning seeds, pretrained and from random weights (these compare
 objectives). A finetuning run that stays at chance is counted ("stuck").
 
-    python examples/compare_objectives.py                  # 13-18 minutes on 2 CPU cores
+    python examples/compare_objectives.py                  # about 25 minutes on 2 CPU cores
     python examples/compare_objectives.py --runs bert:mlm,xlnet:plm,gpt:clm --seeds 5
 
 Pretraining and finetuning runs go to `--jobs` worker processes of one thread each (tiny models keep one core
@@ -65,7 +67,7 @@ def default_runs() -> str:
     from hf_xfmr.models import architectures
 
     mlm = "modernbert" if any(arch.name == "modernbert" for arch in architectures()) else "bert"
-    return f"{mlm}:mlm,xlnet:plm,gpt:clm"
+    return f"{mlm}:mlm,xlnet:plm,gpt:clm,electra:rtd"
 
 
 def parse_args(argv=None):
@@ -114,7 +116,10 @@ def parse_args(argv=None):
 
 def model_size(arch: str, hidden: int, layers: int) -> dict:
     names = SIZE_FIELDS.get(arch, BERT_SIZE_FIELDS)
-    return dict(zip(names, (hidden, layers, hidden // 32, 4 * hidden)))
+    size = dict(zip(names, (hidden, layers, hidden // 32, 4 * hidden)))
+    if arch == "electra":  # embeddings as wide as the layers, as the other models have them
+        size["embedding_size"] = hidden
+    return size
 
 
 def pretraining_documents(corpus: str) -> list[str]:
@@ -158,14 +163,15 @@ def pretrain_job(options: dict, scratch_dirs: list[str], seeds: list[int]) -> di
     start, cpu_start = time.perf_counter(), time.process_time()
     result = pretrain(PretrainArguments(**options))
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    finetuned = getattr(result.model, "discriminator", result.model)  # RTD: the discriminator is finetuned
     for folder, seed in zip(scratch_dirs, seeds):
         torch.manual_seed(seed)
-        type(result.model)(result.model.config).save_pretrained(folder)
+        type(finetuned)(finetuned.config).save_pretrained(folder)
         for file in Path(result.model_dir).iterdir():  # the tokenizer files
             if "token" in file.name or file.name == "special_tokens_map.json":
                 shutil.copy(file, folder)
     metrics = result.eval_metrics
-    return dict(model_dir=str(result.model_dir), parameters=result.model.num_parameters(), pretrain_seconds=seconds,
+    return dict(model_dir=str(result.model_dir), parameters=finetuned.num_parameters(), pretrain_seconds=seconds,
                 pretrain_cpu_seconds=cpu_seconds, eval_loss=metrics["eval_loss"], eval_accuracy=metrics["eval_accuracy"],
                 eval_majority_accuracy=metrics.get("eval_majority_accuracy"))
 

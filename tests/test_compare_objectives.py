@@ -24,13 +24,14 @@ def compare_objectives(monkeypatch):
 
 
 @pytest.mark.slow
-def test_compare_objectives_writes_its_table(tmp_path, compare_objectives):
+@pytest.mark.parametrize("arch, objective", [("gpt", "clm"), ("electra", "rtd")])
+def test_compare_objectives_writes_its_table(tmp_path, compare_objectives, arch, objective):
     out = tmp_path / "compare"
-    report = compare_objectives.main(["--runs", "gpt:clm", "--pretrain-steps", "3", "--batch-size", "8",
+    report = compare_objectives.main(["--runs", f"{arch}:{objective}", "--pretrain-steps", "3", "--batch-size", "8",
                                       "--finetune-epochs", "1", "--labelled", "64", "--seeds", "2", "--vocab-size",
                                       "600", "--jobs", "1", "--output", str(out)])
     (row,) = report["runs"]
-    assert (row["arch"], row["objective"]) == ("gpt", "clm")
+    assert (row["arch"], row["objective"]) == (arch, objective)
     assert row["parameters"] > 0 and row["pretrain_seconds"] > 0 and row["pretrain_cpu_seconds"] > 0
     assert 0 <= row["eval_accuracy"] <= 1
     for name in ("finetuned", "scratch"):  # one finetuning per seed, pretrained and from random weights
@@ -42,13 +43,14 @@ def test_compare_objectives_writes_its_table(tmp_path, compare_objectives):
     assert json.loads((out / "results.json").read_text()) == json.loads(json.dumps(report))
     assert report["settings"]["labelled"] == 64 and report["cpu_seconds"] > 0
     table = (out / "results.md").read_text()
-    assert "| CLM (gpt) |" in table and "3 steps x 8 x 64" in table and "(2 seeds)" in table
+    assert f"| {objective.upper()} ({arch}) |" in table and "3 steps x 8 x 64" in table and "(2 seeds)" in table
     assert f"{100 * row['gain']:+.1f} points" in table
 
-    # The floor is the pretrained model's own config with random weights: the same architecture and tokenizer.
-    pretrained = out / "pretrain" / "gpt"
+    # The floor is the pretrained model's own config with random weights: the same architecture and tokenizer
+    # (for RTD: the discriminator's, which is the model finetuned).
+    pretrained = out / "pretrain" / arch
     for seed in (0, 1):
-        scratch = out / "random_init" / "gpt" / f"seed{seed}"
+        scratch = out / "random_init" / arch / f"seed{seed}"
         assert json.loads((scratch / "config.json").read_text()) == json.loads((pretrained / "config.json").read_text())
         assert (scratch / "tokenizer.json").read_text() == (pretrained / "tokenizer.json").read_text()
         weights, trained = load_file(scratch / "model.safetensors"), load_file(pretrained / "model.safetensors")
@@ -57,7 +59,7 @@ def test_compare_objectives_writes_its_table(tmp_path, compare_objectives):
 
 def test_default_runs_are_one_per_objective_and_all_installed(compare_objectives):
     runs = compare_objectives.parse_runs(compare_objectives.parse_args([]).runs)  # raises for an unknown one
-    assert [objective for _, objective in runs] == ["mlm", "plm", "clm"]
+    assert [objective for _, objective in runs] == ["mlm", "plm", "clm", "rtd"]
 
 
 def test_pretraining_text_never_holds_a_held_out_sentence(compare_objectives):
