@@ -323,6 +323,24 @@ class TokenClassificationHead(ClassifierHead):
                                                  attentions=out.attentions), return_dict)
 
 
+class LastTokenClassificationHead(SequenceClassificationHead):
+    """A decoder's sequence classifier (GPT, Llama, Mixtral): the last real token's hidden state -> a bias-free
+    linear `classifier` without dropout (transformers' `score`)."""
+
+    pooling = "last_real"
+
+    def build_classifier(self, config, num_outputs):
+        return DropoutLinear(config.hidden_size, num_outputs, 0.0, bias=False)
+
+
+class DecoderTokenClassificationHead(TokenClassificationHead):
+    """A decoder's token classifier: dropout `classifier_dropout`, else 0.1 (transformers' decoders)."""
+
+    def classifier_dropout_prob(self) -> float:
+        p = self.config.classifier_dropout
+        return 0.1 if p is None else p
+
+
 class QuestionAnsweringHead(TaskHead):
     """Extractive QA: `qa_outputs` scores each token as the answer's start and end."""
 

@@ -1,21 +1,13 @@
 """ELECTRA <-> transformers `Electra*`: the only place that knows transformers' ELECTRA key layout."""
 
+from ..bert.convert_bert import ENCODER_RULES as BERT_ENCODER_RULES
 from ..conversion import ENCODER_TASKS, Conversion, task_classes
 from . import modeling_electra
 
-# (ours, transformers) key prefixes inside the encoder.
+# (ours, transformers) key prefixes inside the encoder: BERT's, with the E -> C projection and no pooler.
 ENCODER_RULES = (
     ("embeddings.hidden_proj.", "embeddings_project."),
-    ("embeddings.norm.", "embeddings.LayerNorm."),
-    ("embeddings.", "embeddings."),
-    ("layers.{i}.attn.q_proj.", "encoder.layer.{i}.attention.self.query."),
-    ("layers.{i}.attn.k_proj.", "encoder.layer.{i}.attention.self.key."),
-    ("layers.{i}.attn.v_proj.", "encoder.layer.{i}.attention.self.value."),
-    ("layers.{i}.attn.o_proj.", "encoder.layer.{i}.attention.output.dense."),
-    ("layers.{i}.attn_norm.", "encoder.layer.{i}.attention.output.LayerNorm."),
-    ("layers.{i}.mlp.up_proj.", "encoder.layer.{i}.intermediate.dense."),
-    ("layers.{i}.mlp.down_proj.", "encoder.layer.{i}.output.dense."),
-    ("layers.{i}.mlp_norm.", "encoder.layer.{i}.output.LayerNorm."),
+    *(rule for rule in BERT_ENCODER_RULES if not rule[0].startswith("pooler.")),
 )
 
 # The encoder's heads, and pretraining: the discriminator (`ForPreTraining`); the generator is `ForMaskedLM`.

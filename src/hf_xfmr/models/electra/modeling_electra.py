@@ -42,11 +42,10 @@ from transformers.modeling_outputs import ModelOutput
 
 from ...layers.dropout import Dropout
 from ...layers.mlp import get_activation
+from ..bert.modeling_bert import XfmrBertLayer
 from ..encoder import (
-    EncoderSelfAttention,
     MaskedLMPredictionHead,
     PooledEncoderStack,
-    PostNormEncoderLayer,
     default_position_ids,
 )
 from ..heads import (
@@ -101,26 +100,9 @@ class XfmrElectraEmbeddings(nn.Module):
         return embeddings
 
 
-class XfmrElectraAttention(EncoderSelfAttention):
-    """Multi-head self-attention (`models.encoder.EncoderSelfAttention`, shared by the BERT family)."""
-
-    def __init__(self, config, layer_idx: int):
-        super().__init__(config, config.hidden_size, config.num_attention_heads, config.attention_probs_dropout_prob)
-        self.layer_idx = layer_idx
-
-
-class XfmrElectraLayer(PostNormEncoderLayer):
-    """Post-LN block, BERT's: x = LN(x + dropout(Attn(x))); x = LN(x + MLP(x))."""
-
-    def __init__(self, config, layer_idx: int):
-        super().__init__(XfmrElectraAttention(config, layer_idx), config.hidden_size, config.intermediate_size,
-                         config.hidden_act, config.layer_norm_eps, mlp_dropout=config.hidden_dropout_prob,
-                         attn_dropout=config.hidden_dropout_prob)
-
-
 class XfmrElectraPreTrainedModel(XfmrPreTrainedModel):
     config_class = XfmrElectraConfig
-    _no_split_modules = ["XfmrElectraLayer"]
+    _no_split_modules = ["XfmrBertLayer"]
 
 
 class XfmrElectraModel(PooledEncoderStack, XfmrElectraPreTrainedModel):
@@ -134,7 +116,7 @@ class XfmrElectraModel(PooledEncoderStack, XfmrElectraPreTrainedModel):
     def __init__(self, config):
         super().__init__(config)
         self.embeddings = XfmrElectraEmbeddings(config)
-        self.layers = nn.ModuleList(XfmrElectraLayer(config, i) for i in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(XfmrBertLayer(config, i) for i in range(config.num_hidden_layers))  # BERT's
         self.post_init()
 
 

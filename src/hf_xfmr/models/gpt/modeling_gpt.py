@@ -60,10 +60,9 @@ from ..generation import (
     replayed_by_checkpointing,
 )
 from ..heads import (
-    DropoutLinear,
+    DecoderTokenClassificationHead,
+    LastTokenClassificationHead,
     QuestionAnsweringHead,
-    SequenceClassificationHead,
-    TokenClassificationHead,
 )
 from ..input_checks import check_encoder_inputs
 from ..packing import packed_sequence_starts
@@ -293,22 +292,12 @@ class XfmrGPTForCausalLM(CausalLMHead, XfmrGPTPreTrainedModel):
     _tied_weights_keys = {"lm_head.weight": "model.embeddings.word_embeddings.weight"}
 
 
-class XfmrGPTForSequenceClassification(SequenceClassificationHead, XfmrGPTPreTrainedModel):
-    """The last real token's hidden state -> a bias-free linear `classifier` (no dropout, as GPT-2's `score`)."""
-
-    base_model_class = XfmrGPTModel
-    pooling = "last_real"
-
-    def build_classifier(self, config, num_outputs):
-        return DropoutLinear(config.n_embd, num_outputs, 0.0, bias=False)
-
-
-class XfmrGPTForTokenClassification(TokenClassificationHead, XfmrGPTPreTrainedModel):
+class XfmrGPTForSequenceClassification(LastTokenClassificationHead, XfmrGPTPreTrainedModel):
     base_model_class = XfmrGPTModel
 
-    def classifier_dropout_prob(self) -> float:
-        p = self.config.classifier_dropout
-        return 0.1 if p is None else p
+
+class XfmrGPTForTokenClassification(DecoderTokenClassificationHead, XfmrGPTPreTrainedModel):
+    base_model_class = XfmrGPTModel
 
 
 class XfmrGPTForQuestionAnswering(QuestionAnsweringHead, XfmrGPTPreTrainedModel):

@@ -66,10 +66,9 @@ from ..generation import (
     replayed_by_checkpointing,
 )
 from ..heads import (
-    DropoutLinear,
+    DecoderTokenClassificationHead,
+    LastTokenClassificationHead,
     QuestionAnsweringHead,
-    SequenceClassificationHead,
-    TokenClassificationHead,
 )
 from ..input_checks import check_encoder_inputs
 from ..packing import packed_sequence_starts
@@ -301,22 +300,12 @@ class XfmrLlamaForCausalLM(CausalLMHead, XfmrLlamaPreTrainedModel):
         return None  # rotary positions: no table to run out of
 
 
-class XfmrLlamaForSequenceClassification(SequenceClassificationHead, XfmrLlamaPreTrainedModel):
-    """The last real token's hidden state -> a bias-free linear `classifier` (no dropout, as transformers' `score`)."""
-
-    base_model_class = XfmrLlamaModel
-    pooling = "last_real"
-
-    def build_classifier(self, config, num_outputs):
-        return DropoutLinear(config.hidden_size, num_outputs, 0.0, bias=False)
-
-
-class XfmrLlamaForTokenClassification(TokenClassificationHead, XfmrLlamaPreTrainedModel):
+class XfmrLlamaForSequenceClassification(LastTokenClassificationHead, XfmrLlamaPreTrainedModel):
     base_model_class = XfmrLlamaModel
 
-    def classifier_dropout_prob(self) -> float:
-        p = self.config.classifier_dropout
-        return 0.1 if p is None else p
+
+class XfmrLlamaForTokenClassification(DecoderTokenClassificationHead, XfmrLlamaPreTrainedModel):
+    base_model_class = XfmrLlamaModel
 
 
 class XfmrLlamaForQuestionAnswering(QuestionAnsweringHead, XfmrLlamaPreTrainedModel):

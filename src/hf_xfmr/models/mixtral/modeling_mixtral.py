@@ -29,10 +29,9 @@ from ...layers.init import normal_init_
 from ...layers.moe import GroupedExperts, SparseMoeBlock, load_balancing_loss
 from ..causal_lm import CausalLMHead, lm_logits_and_loss
 from ..heads import (
-    DropoutLinear,
+    DecoderTokenClassificationHead,
+    LastTokenClassificationHead,
     QuestionAnsweringHead,
-    SequenceClassificationHead,
-    TokenClassificationHead,
     input_shape,
 )
 from ..input_checks import check_labels_shape
@@ -163,22 +162,12 @@ class XfmrMixtralForCausalLM(CausalLMHead, XfmrMixtralPreTrainedModel):
             attentions=out.attentions, router_logits=out.router_logits), return_dict)
 
 
-class XfmrMixtralForSequenceClassification(SequenceClassificationHead, XfmrMixtralPreTrainedModel):
-    """The last real token's hidden state -> a bias-free linear `classifier` (no dropout, as transformers' `score`)."""
-
-    base_model_class = XfmrMixtralModel
-    pooling = "last_real"
-
-    def build_classifier(self, config, num_outputs):
-        return DropoutLinear(config.hidden_size, num_outputs, 0.0, bias=False)
-
-
-class XfmrMixtralForTokenClassification(TokenClassificationHead, XfmrMixtralPreTrainedModel):
+class XfmrMixtralForSequenceClassification(LastTokenClassificationHead, XfmrMixtralPreTrainedModel):
     base_model_class = XfmrMixtralModel
 
-    def classifier_dropout_prob(self) -> float:
-        p = self.config.classifier_dropout
-        return 0.1 if p is None else p
+
+class XfmrMixtralForTokenClassification(DecoderTokenClassificationHead, XfmrMixtralPreTrainedModel):
+    base_model_class = XfmrMixtralModel
 
 
 class XfmrMixtralForQuestionAnswering(QuestionAnsweringHead, XfmrMixtralPreTrainedModel):
