@@ -379,13 +379,11 @@ def build_config(arch, model_class, tokenizer, objective: Objective, args: Pretr
         raise ValueError(f"Cannot build the {arch.name} config (--preset {args.preset}): {err}") from None
 
 
-# PretrainArguments fields that set config fields of one objective's model (`Objective.config_options`).
-OBJECTIVE_OPTIONS = ("generator_size_ratio", "generator_loss_weight", "discriminator_loss_weight")
-
-
 def objective_config_options(objective: Objective, args: PretrainArguments) -> dict[str, Any]:
-    """The config fields the objective's options set (those given); an option of another objective is refused."""
-    given = {name for name in OBJECTIVE_OPTIONS if getattr(args, name, None) is not None}
+    """The config fields the objective's options set (those given); an option of another objective is refused.
+    The options are the PretrainArguments fields named in any objective's `config_options`."""
+    options = {option for recipe in available_objectives().values() for option in recipe.config_options.values()}
+    given = {name for name in options if getattr(args, name, None) is not None}
     foreign = sorted(given - set(objective.config_options.values()))
     if foreign:
         raise ValueError(f"{', '.join('--' + n for n in foreign)} only apply to an objective that has them (rtd), "
