@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from .collation import IGNORE_INDEX, pad_ragged
+from .collation import IGNORE_INDEX, cu_seqlens_from_lengths, pad_ragged
 
 MESSAGES, PROMPT_COMPLETION, TEXT = "messages", "prompt-completion", "text"
 SFT_FORMATS = (MESSAGES, PROMPT_COMPLETION, TEXT)
@@ -278,11 +278,11 @@ class DataCollatorForSFT:
         flat_labels = []
         for row in labels:
             flat_labels += [IGNORE_INDEX] + row[1:]  # a sequence's first token follows no token of its own
-        cu = torch.tensor([0, *lengths], dtype=torch.int32).cumsum(0, dtype=torch.int32)  # (S + 1,)
+        cu, longest = cu_seqlens_from_lengths(lengths)  # (S + 1,)
         return {
             "input_ids": torch.tensor([[t for row in ids for t in row]]),  # (1, N)
             "labels": torch.tensor([flat_labels]),  # (1, N)
             "position_ids": torch.tensor([[p for n in lengths for p in range(n)]]),  # (1, N)
             "cu_seq_lens_q": cu, "cu_seq_lens_k": cu,
-            "max_length_q": max(lengths), "max_length_k": max(lengths),
+            "max_length_q": longest, "max_length_k": longest,
         }
