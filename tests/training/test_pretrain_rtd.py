@@ -162,3 +162,19 @@ def test_rtd_options_with_another_objective_are_refused(saved_tokenizer, tmp_pat
 def test_bad_rtd_options_name_the_option(field, value, message):
     with pytest.raises(ValueError, match=f"--{field} {message}"):
         PretrainArguments(arch="electra", objective="rtd", **{field: value})
+
+
+def test_continuing_from_a_checkpoint_takes_the_loss_weights_and_keeps_the_generator(saved_tokenizer, tmp_path):
+    """--model_path: the loss weights given apply to the loaded pair; a generator width it does not have is
+    refused (a trained generator keeps its width)."""
+    first = tmp_path / "first"
+    pretrain(_args(saved_tokenizer, first, generator_size_ratio=0.5, max_steps=2, eval_fraction=0.0))
+    second = tmp_path / "second"
+    pretrain(_args(saved_tokenizer, second, model_path=str(first), discriminator_loss_weight=7.0, max_steps=2,
+                   eval_fraction=0.0))
+    config = json.loads((second / "config.json").read_text())
+    assert config["discriminator_loss_weight"] == 7.0
+    assert config["generator_size_ratio"] == 0.5
+    with pytest.raises(ValueError, match="a trained generator keeps its width"):
+        pretrain(_args(saved_tokenizer, tmp_path / "third", model_path=str(first), generator_size_ratio=0.25,
+                       max_steps=1, eval_fraction=0.0))

@@ -744,7 +744,8 @@ class Pretrainer:
             from ..models.weights import check_weight_files
 
             check_weight_files(args.model_path)  # a ValueError naming a truncated or missing file, as every command
-            model = self.model_class.from_pretrained(args.model_path, **extra)
+            options = objective_config_options(self.objective, args)  # e.g. --discriminator_loss_weight, on its config
+            model = self.model_class.from_pretrained(args.model_path, **extra, **options)
         else:
             model = self.model_class._from_config(config, **extra)
         if args.gradient_checkpointing:

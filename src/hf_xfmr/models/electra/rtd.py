@@ -225,11 +225,25 @@ class XfmrElectraForReplacedTokenDetection(XfmrElectraPreTrainedModel):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         """Read a folder (or Hub repo id) written by `save_pretrained`: the discriminator at its root, the
-        generator in `generator/`; keywords go to both `from_pretrained` calls."""
+        generator in `generator/`; keywords go to both `from_pretrained` calls (config fields among them, e.g.
+        `discriminator_loss_weight=20.0`, set the loaded config's). The loaded generator's width is the one
+        used: its `generator_size_ratio` is recorded, and a different ratio asked for is refused."""
         if model_args:
             raise TypeError("XfmrElectraForReplacedTokenDetection.from_pretrained takes keyword arguments only.")
+        ratio = kwargs.pop("generator_size_ratio", None)
         discriminator = XfmrElectraForPreTraining.from_pretrained(pretrained_model_name_or_path, **kwargs)
         subfolder = f"{kwargs.pop('subfolder')}/{GENERATOR_FOLDER}" if kwargs.get("subfolder") else GENERATOR_FOLDER
         generator = XfmrElectraForMaskedLM.from_pretrained(pretrained_model_name_or_path, subfolder=subfolder,
                                                            **kwargs)
+        config = discriminator.config
+        loaded = generator.config.num_attention_heads / config.num_attention_heads
+        if ratio is not None:
+            config.generator_size_ratio = ratio
+            expected = config.generator_config().hidden_size
+            if expected != generator.config.hidden_size:
+                raise ValueError(
+                    f"generator_size_ratio {ratio} asks for a generator of hidden size {expected}, but the one in "
+                    f"{pretrained_model_name_or_path} has {generator.config.hidden_size} (ratio {loaded:g}): a "
+                    f"trained generator keeps its width; drop the ratio (--generator_size_ratio) to continue it.")
+        config.generator_size_ratio = loaded
         return cls.from_parts(discriminator, generator)
