@@ -6,6 +6,10 @@ identical weights through `hf_xfmr.from_transformers`, ours in its default confi
   hidden 256, 4 layers, 8 query / 2 key-value heads, vocabulary 32,000, 8 rows of lengths uniform in [32, 512]
   right-padded to 512, labels = the ids on real tokens (-100 on padding).
 - `llama-sft-full-padded`: the same batch, every weight trained.
+- `llama-sft-qlora-padded`: the LoRA step of `llama-sft-lora-padded` on a 4-bit base, both sides prepared the
+  QLoRA way (`BitsAndBytesConfig` NF4, fp32 compute, `peft.prepare_model_for_kbit_training`, which turns on
+  gradient checkpointing): what `hf-xfmr finetune --lora --load_in_4bit` runs. Its ours-side process memory over
+  `llama-sft-lora-padded`'s is the QLoRA / LoRA figure of docs/benchmarks.md.
 - `llama-generate`: greedy generation of 128 tokens for 8 prompts of lengths uniform in [32, 128], left-padded.
 - `mixtral-clm-train`: the same model with a sparse MoE feed-forward (8 experts, top 2), a causal-LM step on
   4 x 512 full rows; the reference in its fastest `experts_implementation` on this CPU (`ref_experts`).
@@ -78,10 +82,36 @@ def _with_lora(build_pair, r: int):
     return build
 
 
-def _sft_case(name: str, lora: bool, overrides: dict) -> BenchCase:
+def _quantized(build_pair):
+    """Both models of `build_pair()` saved and loaded back with NF4 weights (fp32 compute), then prepared by
+    `peft.prepare_model_for_kbit_training` (frozen base, gradient checkpointing), as the finetune CLI does."""
+
+    def build() -> tuple:
+        import tempfile
+
+        from peft import prepare_model_for_kbit_training
+        from transformers import BitsAndBytesConfig
+
+        quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                          bnb_4bit_compute_dtype=torch.float32)
+        loaded = []
+        for model in build_pair():
+            with tempfile.TemporaryDirectory() as folder:
+                model.save_pretrained(folder)
+                model = type(model).from_pretrained(folder, quantization_config=quantization)
+            loaded.append(prepare_model_for_kbit_training(model, gradient_checkpointing_kwargs={"use_reentrant": False}))
+        return tuple(loaded)
+
+    return build
+
+
+def _sft_case(name: str, lora: bool, overrides: dict, quantized: bool = False) -> BenchCase:
     s = case_sizes(name, {**SIZES, **SFT_SETTINGS}, overrides)
     build_pair = converted_pair(lambda: _llama(s))
+    if quantized:
+        build_pair = _quantized(build_pair)
     adapters = f" + PEFT LoRA r {s['lora_r']} on every projection" if lora else ""
+    adapters = f" 4-bit NF4 base (QLoRA, gradient checkpointing){adapters}" if quantized else adapters
     return BenchCase(
         name=name, build_pair=_with_lora(build_pair, s["lora_r"]) if lora else build_pair,
         make_batch=lambda: _sft_batch(s), mode="train", device=s["device"],
@@ -96,6 +126,12 @@ def _sft_case(name: str, lora: bool, overrides: dict) -> BenchCase:
 def llama_sft_lora_padded(**kw) -> BenchCase:
     """Headline: Llama LoRA SFT step, 8 rows of lengths in [32, 512] padded to 512 (fp32)."""
     return _sft_case("llama-sft-lora-padded", True, kw)
+
+
+@register_case("llama-sft-qlora-padded", tiny=TINY_SIZES)
+def llama_sft_qlora_padded(**kw) -> BenchCase:
+    """Llama QLoRA SFT step (NF4 base, LoRA r 16) on the same padded batch, both sides quantized (fp32 compute)."""
+    return _sft_case("llama-sft-qlora-padded", True, kw, quantized=True)
 
 
 @register_case("llama-sft-full-padded", tiny=TINY_SIZES)
