@@ -74,6 +74,7 @@ def test_rtd_trains_logs_its_terms_and_saves_an_ordinary_discriminator(saved_tok
         assert 0.0 <= record["generator_accuracy"] <= 1.0 and 0.0 <= record["original_accuracy"] <= 1.0
     metrics = result.eval_metrics
     assert {"eval_loss", "eval_accuracy", "eval_replaced_accuracy", "eval_original_accuracy"} <= set(metrics)
+    assert "eval_perplexity" not in metrics  # the loss is 1 x MLM + 20 x binary: no perplexity stands for it
 
     # The discriminator is an ordinary ForPreTraining checkpoint, the generator a ForMaskedLM one.
     discriminator = AutoModelForPreTraining.from_pretrained(out)

@@ -12,7 +12,7 @@ ARCHITECTURE_OBJECTIVES = tuple((family.name, family.objectives) for family in f
 
 # hf_xfmr.training.objectives.available_objectives(): the objectives with a training recipe
 OBJECTIVES = ("mlm", "wwm", "mlm+nsp", "mlm+sop", "clm", "plm", "plm-mem", "span-corruption", "text-infilling",
-              "rtd")
+              "gsg", "rtd")
 
 # hf_xfmr.models.supported_tasks(): the heads `convert --task` and `export --task` offer
 TASKS = ("base", "pretraining", "masked-lm", "causal-lm", "seq2seq-lm", "encoder", "sequence-classification",

@@ -6,6 +6,7 @@ Collators (all vectorized torch, seeded with `seed=` or `generator=`, usable as 
     DataCollatorForCLM   GPT causal LM, optional document isolation in packed rows
     DataCollatorForSpanCorruption   T5 span corruption (sentinels, EOS, no padding)
     DataCollatorForTextInfilling    BART text infilling (Poisson spans -> one <mask> each, sentence permutation)
+    DataCollatorForGapSentences     PEGASUS gap sentences (top-ROUGE sentences -> one <mask> each; `gsg_examples`)
     DataCollatorForSFT   causal-LM SFT batches, padded or padding-free (rows from `tokenize_sft`)
 Examples / rows:
     create_sop_examples, create_nsp_examples, tokenize_documents   ALBERT SOP / BERT NSP pairs
@@ -18,6 +19,7 @@ Corpora and tokenizers:
 from .bart import DataCollatorForTextInfilling
 from .clm import DataCollatorForCLM, PackedCLMDataset, pack_stream
 from .corpus import default_corpus, iter_texts, load_corpus
+from .gsg import DataCollatorForGapSentences, gsg_examples
 from .mlm import DataCollatorForMLM, tokenize_for_mlm
 from .packing import best_fit_bins, block_diagonal_mask, collate_packed, pack_documents, packing_efficiency
 from .pairs import create_nsp_examples, create_sop_examples, tokenize_documents
@@ -28,6 +30,7 @@ from .tokenizers import train_tokenizer
 
 __all__ = [
     "DataCollatorForCLM",
+    "DataCollatorForGapSentences",
     "DataCollatorForMLM",
     "DataCollatorForPLM",
     "DataCollatorForSFT",
@@ -41,6 +44,7 @@ __all__ = [
     "create_nsp_examples",
     "create_sop_examples",
     "default_corpus",
+    "gsg_examples",
     "iter_texts",
     "load_corpus",
     "pack_documents",

@@ -153,6 +153,11 @@ class PretrainArguments(RunArguments):
     generator_loss_weight: float | None = option("rtd: weight of the generator's MLM loss (default 1)", None)
     discriminator_loss_weight: float | None = option(
         "rtd: weight of the discriminator's replaced-token loss (default 50)", None)
+    gsg_ratio: float | None = option(
+        "gsg: share of each window's sentences masked and generated (default 0.3, PEGASUS's)", None)
+    gsg_strategy: str | None = option(
+        "gsg: how the gap sentences are chosen: ind-orig (PEGASUS's, the default) or another of "
+        "hf_xfmr.data.gsg.STRATEGIES (seq-orig, ind-uniq, seq-uniq, random, lead)", None)
     packing: bool = option(
         "pack several windows into each row of --max_seq_length (best fit), each attending only to itself: "
         "rows with little padding (mlm, wwm)", False)
@@ -220,6 +225,8 @@ class PretrainArguments(RunArguments):
         if self.generator_size_ratio is not None and not 0.0 < self.generator_size_ratio <= 1.0:
             raise ValueError(f"--generator_size_ratio must be in (0, 1], got {self.generator_size_ratio} (ELECTRA: "
                              "0.25, a generator a quarter of the discriminator's width).")
+        if self.gsg_ratio is not None and not 0.0 < self.gsg_ratio < 1.0:
+            raise ValueError(f"--gsg_ratio must be in (0, 1), got {self.gsg_ratio} (PEGASUS: 0.3).")
         for name in ("generator_loss_weight", "discriminator_loss_weight"):
             value = getattr(self, name)
             if value is not None and not value >= 0:

@@ -17,8 +17,10 @@ An `Objective` says everything the pretraining loop needs to train an architectu
 | `model_class`    | the module it trains when that is not the task's model (ELECTRA's generator + |
 |                  | discriminator); its forward returns the loss                                |
 | `config_options` | config fields set from `PretrainArguments` fields (`--generator_size_ratio`) |
+| `settings_options` | its own `ObjectiveSettings` fields, set from `PretrainArguments` (`--gsg_ratio`) |
 | `logged_outputs` | scalar outputs averaged per step and logged beside the loss (loss terms)    |
 | `export`         | writes the trained module as the final model (default `save_pretrained`)    |
+| `perplexity`     | the loss is a token cross-entropy: evaluation reports its perplexity (not RTD's) |
 | state hooks      | `initial_state` / `step_inputs` / `update_state`, for objectives that carry |
 |                  | state from one step to the next (XLNet's memory)                           |
 
@@ -28,8 +30,8 @@ class for the objective's `task`. Per-architecture differences (ALBERT's n-gram 
 30% masking rate) live in each family's record (`hf_xfmr.family.Family.pretraining_defaults`), which
 `Objective.resolve` reads.
 
-Encoder-decoder objectives (T5 span corruption, BART text infilling)
--------------------------------------------------------------------
+Encoder-decoder objectives (T5 span corruption, BART text infilling, PEGASUS gap sentences)
+-------------------------------------------------------------------------------------------
 An objective whose `task` is "seq2seq-lm" trains the architecture's `ForConditionalGeneration`. Its
 collator yields `input_ids` / `attention_mask` for the encoder and `labels` (-100 on padding) for the
 decoder, optionally with `decoder_input_ids` / `decoder_attention_mask` (without them the model feeds
@@ -91,6 +93,10 @@ class ObjectiveSettings:
     arch: the architecture name, whose family record may set defaults for the unset fields.
     packing: pack several examples into each row of `max_seq_length` (best fit), each kept apart from the
         others by the model (objectives with `packable`).
+    gsg_ratio: gap-sentence generation: share of each window's sentences masked and generated; None: the
+        architecture's default, else 0.3 (PEGASUS).
+    gsg_strategy: gap-sentence generation: how the gap sentences are chosen (`hf_xfmr.data.gsg.STRATEGIES`);
+        None: the architecture's default, else "ind-orig" (PEGASUS).
     """
 
     max_seq_length: int = 128
@@ -100,6 +106,8 @@ class ObjectiveSettings:
     seed: int = 0
     arch: str = ""
     packing: bool = False
+    gsg_ratio: float | None = None
+    gsg_strategy: str | None = None
 
 
 def _no_state(rows: int) -> dict[str, torch.Tensor]:
@@ -158,10 +166,15 @@ class Objective:
     model_class: Callable[[Any], type] | None = None
     # config field -> `PretrainArguments` field setting it (when not None); refused with other objectives.
     config_options: Mapping[str, str] = field(default_factory=dict)
+    # `ObjectiveSettings` fields of its own, set from the `PretrainArguments` fields of the same names (when not
+    # None: `objective_settings_options`); refused with other objectives.
+    settings_options: tuple[str, ...] = ()
     # Scalar outputs (besides `loss`) averaged over each step's micro-batches and logged with it.
     logged_outputs: tuple[str, ...] = ()
     # export(trained module, folder) -> the final model, written to `folder`.
     export: Callable[[Any, Any], Any] = save_model
+    # The loss is a mean token cross-entropy, so evaluation reports its perplexity (not RTD's weighted sum).
+    perplexity: bool = True
 
     def __post_init__(self):
         if self.layout not in LAYOUTS:
@@ -208,6 +221,23 @@ def get_objective(name: str) -> Objective:
                              f"version of hf_xfmr yet; available: {', '.join(_OBJECTIVES)}.")
         raise ValueError(f"Unknown objective {name!r}; available: {', '.join(_OBJECTIVES)}.")
     return _OBJECTIVES[name]
+
+
+def objective_settings_options(objective: Objective, args) -> dict[str, Any]:
+    """The `ObjectiveSettings` fields the run's arguments set for `objective` (its `settings_options` given in
+    `args`, a `PretrainArguments`); an option of another objective is refused, naming the objectives that have it.
+    The options are the fields named in any objective's `settings_options`."""
+    owners: dict[str, list[str]] = {}
+    for recipe in _OBJECTIVES.values():
+        for name in recipe.settings_options:
+            owners.setdefault(name, []).append(recipe.name)
+    given = [name for name in owners if getattr(args, name, None) is not None]
+    foreign = [name for name in given if name not in objective.settings_options]
+    if foreign:
+        which = sorted({o for name in foreign for o in owners[name]})
+        raise ValueError(f"{', '.join('--' + n for n in foreign)} apply only to the objective(s) that have them "
+                         f"({', '.join(which)}), not to {objective.name!r}: drop them or choose that --objective.")
+    return {name: getattr(args, name) for name in objective.settings_options if getattr(args, name, None) is not None}
 
 
 def check_tokenizer(objective: Objective, tokenizer) -> None:
@@ -630,6 +660,45 @@ register_objective(Objective(
 
 
 # ----------------------------------------------------------------------------------------------
+# PEGASUS gap-sentence generation (encoder-decoder: task "seq2seq-lm")
+# ----------------------------------------------------------------------------------------------
+
+def _gsg_text_length(tokenizer, settings) -> int:
+    """Text tokens per window: `max_seq_length` less the <s> (when the tokenizer has one) and </s> the collator
+    adds."""
+    length = settings.max_seq_length - (tokenizer.bos_token_id is not None) - 1
+    if length < 2:
+        raise ValueError(f"--max_seq_length {settings.max_seq_length} is too short for gap-sentence generation: the "
+                         f"special tokens + two sentences of at least one token; use at least 4.")
+    return length
+
+
+def _gsg_examples(tokenizer, texts, settings):
+    """Each document cut into windows of whole consecutive sentences of at most `max_seq_length` tokens with the
+    special tokens (`hf_xfmr.data.gsg.gsg_examples`); gap sentences are chosen within a window."""
+    from ..data.gsg import gsg_examples
+
+    return gsg_examples(tokenizer, texts, _gsg_text_length(tokenizer, settings))
+
+
+def _gsg_collator(tokenizer, settings):
+    from ..data.gsg import GSG_RATIO, GSG_STRATEGY, DataCollatorForGapSentences
+
+    ratio = settings.gsg_ratio if settings.gsg_ratio is not None else GSG_RATIO
+    return SeededCollator(DataCollatorForGapSentences(tokenizer, gsg_ratio=ratio,
+                                                      strategy=settings.gsg_strategy or GSG_STRATEGY))
+
+
+register_objective(Objective(
+    name="gsg", description="PEGASUS gap-sentence generation (the 30% of sentences with the highest ROUGE-1 "
+                            "against the rest -> one <mask> each; the decoder generates them)",
+    task="seq2seq-lm", build_examples=_gsg_examples, make_collator=_gsg_collator,
+    required_tokens=("mask_token", "eos_token", "pad_token"), decoder_length=lambda settings: settings.max_seq_length,
+    settings_options=("gsg_ratio", "gsg_strategy"),
+))
+
+
+# ----------------------------------------------------------------------------------------------
 # ELECTRA: replaced-token detection (Clark et al. 2020)
 # ----------------------------------------------------------------------------------------------
 
@@ -670,7 +739,7 @@ register_objective(Objective(
                             "discriminator finds the replaced tokens (ELECTRA)",
     task="pretraining", build_examples=_mlm_examples, make_collator=_mlm_collator(False),
     required_tokens=("mask_token", "pad_token"), logits_key="generator_logits", metrics=_rtd_metrics,
-    packable=True, model_class=_rtd_model_class, logged_outputs=RTD_OUTPUTS, export=_save_rtd,
+    packable=True, model_class=_rtd_model_class, logged_outputs=RTD_OUTPUTS, export=_save_rtd, perplexity=False,
     config_options={"generator_size_ratio": "generator_size_ratio", "generator_loss_weight": "generator_loss_weight",
                     "discriminator_loss_weight": "discriminator_loss_weight"},
 ))

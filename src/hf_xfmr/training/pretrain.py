@@ -71,6 +71,7 @@ from .objectives import (
     available_objectives,
     check_tokenizer,
     get_objective,
+    objective_settings_options,
     target_histogram,
     token_accuracy_counts,
 )
@@ -533,7 +534,8 @@ def _evaluate(run: PretrainRun, batches: list) -> dict[str, float]:
     if totals["targets"]:
         loss = totals["loss"] / totals["targets"]
         metrics["eval_loss"] = loss
-        metrics["eval_perplexity"] = math.exp(loss) if loss < 700 else float("inf")
+        if objective.perplexity:
+            metrics["eval_perplexity"] = math.exp(loss) if loss < 700 else float("inf")
         metrics["eval_accuracy"] = totals["correct"] / totals["targets"]
         metrics["eval_majority_accuracy"] = float(histogram.max()) / totals["targets"]
     for name in sorted(names):
@@ -695,7 +697,8 @@ class Pretrainer:
         self.tokenizer = tokenizer
         self.settings = settings = objective.resolve(ObjectiveSettings(
             max_seq_length=args.max_seq_length, mlm_probability=args.mlm_probability,
-            short_seq_prob=args.short_seq_prob, seed=args.seed, arch=self.arch.name, packing=args.packing))
+            short_seq_prob=args.short_seq_prob, seed=args.seed, arch=self.arch.name, packing=args.packing,
+            **objective_settings_options(objective, args)))
         self.collator = objective.make_collator(tokenizer, settings)
         with self.accelerator.main_process_first():
             self.train_examples = None if args.streaming else build_examples(

@@ -3,6 +3,6 @@
 from hf_xfmr.family import Family
 
 FAMILY = Family(
-    name="bart", model_type="xfmr-bart", objectives=("text-infilling",),
+    name="bart", model_type="xfmr-bart", objectives=("text-infilling", "gsg"),
     tokenizer="roberta",  # BART's byte-level BPE is RoBERTa's (GPT-2's merges, <s> A </s> templates)
 )
