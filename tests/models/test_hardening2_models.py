@@ -21,7 +21,7 @@ from transformers import AutoConfig
 
 from hf_xfmr.models import get_architecture
 
-ARCHS = ["albert", "bart", "bert", "distilbert", "gpt", "modernbert", "roberta", "t5", "xlnet"]
+ARCHS = ["albert", "bart", "bert", "bigbird", "distilbert", "gpt", "modernbert", "roberta", "t5", "xlnet"]
 SEQ2SEQ = ("t5", "bart")
 SPECIAL_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id", "mask_token_id",
                "decoder_start_token_id", "forced_eos_token_id")

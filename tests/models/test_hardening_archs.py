@@ -13,7 +13,7 @@ from torch.testing import assert_close
 
 from hf_xfmr.models import get_architecture
 
-ARCHS = ["albert", "bart", "bert", "distilbert", "gpt", "modernbert", "roberta", "t5", "xlnet"]
+ARCHS = ["albert", "bart", "bert", "bigbird", "distilbert", "gpt", "modernbert", "roberta", "t5", "xlnet"]
 TOKEN_TASKS = ["masked-lm", "causal-lm", "pretraining", "token-classification"]  # labels (B, T)
 DROPOUT_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout_prob", "dropout",
                   "attention_dropout", "dropout_rate", "resid_pdrop", "embd_pdrop", "attn_pdrop")

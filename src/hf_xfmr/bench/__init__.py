@@ -27,4 +27,6 @@ from .harness import (  # noqa: F401  (the public harness API)
     to_markdown,
 )
 
-from . import albert, bart, bert, distilbert, electra, finetune, gpt, llama, modernbert, t5, toy, xlnet  # noqa: E402, F401  (each registers its cases)
+from . import (  # noqa: E402, F401  (each registers its cases)
+    albert, bart, bert, bigbird, bigbird_pegasus, distilbert, electra, finetune, gpt, llama, modernbert, t5, toy, xlnet,
+)

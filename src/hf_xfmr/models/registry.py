@@ -143,11 +143,13 @@ def architectures() -> list[Architecture]:
 
 
 def get_architecture(key) -> Architecture:
-    """The architecture for a name (`"bert"`), a model type (`"xfmr-bert"`), a config or a model."""
+    """The architecture for a name (`"bert"`; `"bigbird-pegasus"` spells `"bigbird_pegasus"`), a model type
+    (`"xfmr-bert"`), a config or a model."""
     config = getattr(key, "config", key)
     model_type = getattr(config, "model_type", None)
+    name = key.replace("-", "_") if isinstance(key, str) else None
     for arch in _ARCHITECTURES.values():
-        if key == arch.name or key == arch.model_type or model_type == arch.model_type:
+        if name == arch.name or key == arch.model_type or model_type == arch.model_type:
             return arch
     known = ", ".join(f"{a.name} ({a.model_type})" for a in _ARCHITECTURES.values())
     shown = model_type if model_type is not None else key
