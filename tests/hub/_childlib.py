@@ -54,7 +54,7 @@ def run_model(model, inputs: dict, generate: bool) -> dict:
                 tensors["generated"] = model.generate(
                     input_ids=ids, attention_mask=inputs.get("attention_mask"), max_new_tokens=3, do_sample=False,
                     min_new_tokens=3,
-                )
+                ).contiguous()  # beam search returns a strided view, which safetensors refuses
     finally:
         torch.set_num_threads(threads)
     return tensors

@@ -200,7 +200,7 @@ def test_options_file_round_trip(tmp_path):
     (dict(arch="bert"), "No data"),
     (dict(arch="bert", dataset="d", merge=True), "--merge .* needs --lora"),
     (dict(arch="bert", dataset="d", lora=True, push_to_hub="me/model"), "with --lora also pass --merge"),
-    (dict(arch="bert", dataset="d", task="summarization"), "not a finetuning task"),
+    (dict(arch="bert", dataset="d", task="text-generation"), "not a finetuning task"),
     (dict(arch="bert", dataset="d", max_seq_length=0), "--max_seq_length must be >= 1"),
     (dict(arch="bert", dataset="d", task="question-answering", doc_stride=64), "--doc_stride"),
 ])

@@ -1,14 +1,14 @@
-"""`hf-xfmr finetune`: finetuning (fully, with LoRA or QLoRA) for classification, tagging, extractive QA or
-causal-LM / chat SFT."""
+"""`hf-xfmr finetune`: finetuning (fully, with LoRA or QLoRA) for classification, tagging, extractive QA,
+causal-LM / chat SFT or seq2seq generation (summarization, translation)."""
 
 import argparse
 import sys
 
-from ..training.arguments import FinetuneArguments
+from ..training.finetune_seq2seq import Seq2SeqFinetuneArguments
 from .command import PROG, Command, CommandError
 
 
-def run(options: FinetuneArguments, args: argparse.Namespace) -> int:
+def run(options: Seq2SeqFinetuneArguments, args: argparse.Namespace) -> int:
     from hf_xfmr.training.finetune import finetune
     from hf_xfmr.training.finetune_tasks import FinetuneError
     from hf_xfmr.training.pretrain import NonFiniteLossError
@@ -37,7 +37,8 @@ def run(options: FinetuneArguments, args: argparse.Namespace) -> int:
 
 COMMAND = Command(
     "finetune",
-    help="finetune (fully, LoRA or QLoRA) for classification, tagging, extractive QA or causal-LM / chat SFT",
+    help="finetune (fully, LoRA or QLoRA) for classification, tagging, extractive QA, causal-LM / chat SFT or "
+         "seq2seq (summarization, translation)",
     description=(
         "Finetune a model with transformers' Trainer (and PEFT for --lora) on a datasets source: local\n"
         "csv/tsv/json/jsonl/parquet files or folders (offline), a Hub dataset, or the built-in 'vader'\n"
@@ -45,11 +46,14 @@ COMMAND = Command(
         "--preset for a from-scratch run. --task causal-lm finetunes a decoder (SFT) on 'messages' chats\n"
         "(rendered with the chat template, loss on the assistant turns), 'prompt'/'completion' pairs\n"
         "(loss on the completion) or 'text'; --padding_free flattens batches, --lora --load_in_4bit is\n"
-        "QLoRA. The best checkpoint on the validation split (by\n"
-        "--metric_for_best_model) is kept; metrics.json, log_history.jsonl and model/ (or adapter/ and,\n"
-        "with --merge, merged/) are written to --output_dir. Options can also come from a YAML/JSON file\n"
-        "(--config FILE; options given on the command line override it). Each option also has a dashed\n"
-        "spelling (--learning-rate)."
+        "QLoRA. --task seq2seq (or summarization / translation) finetunes an encoder-decoder (T5, BART, ...)\n"
+        "on --source_column -> --target_column texts (or 'translation' dicts with --source_lang/--target_lang),\n"
+        "generating at each evaluation (--num_beams, --max_new_tokens) for ROUGE and BLEU beside a copy-the-\n"
+        "first-words baseline. --resume continues a run kept with --keep_checkpoints. The best checkpoint\n"
+        "on the validation split (by --metric_for_best_model) is kept; metrics.json, log_history.jsonl and\n"
+        "model/ (or adapter/ and, with --merge, merged/) are written to --output_dir. Options can also come\n"
+        "from a YAML/JSON file (--config FILE; options given on the command line override it). Each option\n"
+        "also has a dashed spelling (--learning-rate)."
     ),
     epilog=(
         "examples:\n"
@@ -60,8 +64,12 @@ COMMAND = Command(
         "  hf-xfmr finetune --model_name_or_path ckpt/ --task question-answering --train_file squad.json\n"
         "  hf-xfmr finetune --model_name_or_path llama/ --task causal-lm --train_file chats.jsonl \\\n"
         "      --lora --load_in_4bit --merge --padding_free\n"
+        "  hf-xfmr finetune --model_name_or_path t5/ --task summarization --dataset docs/ \\\n"
+        "      --source_prefix 'summarize: ' --num_beams 4 --max_new_tokens 32\n"
+        "  hf-xfmr finetune --model_name_or_path bart/ --task translation --dataset wmt/ \\\n"
+        "      --source_lang en --target_lang de --lora --merge\n"
         "  hf-xfmr finetune --config finetune.yaml --learning_rate 1e-4"
     ),
-    arguments=FinetuneArguments,
+    arguments=Seq2SeqFinetuneArguments,
     run=run,
 )

@@ -25,6 +25,11 @@ SFT (`task="causal-lm"`, any architecture with a causal-LM head): rows in TRL's 
 with bitsandbytes NF4 weights, prepares it with `peft.prepare_model_for_kbit_training` and trains LoRA adapters;
 `merge=True` then folds the adapters into a full-precision copy of the checkpoint.
 
+Seq2seq (`task="seq2seq"`, or `summarization` / `translation`; any architecture with a seq2seq-LM head): source ->
+target texts, transformers' `Seq2SeqTrainer` generating at every evaluation, ROUGE and BLEU beside a copy baseline;
+the steps that differ are in `finetune_seq2seq.py`. `resume` (`hf-xfmr finetune --resume`, every task) continues an
+interrupted run from a checkpoint that `keep_checkpoints=True` wrote with its optimizer state.
+
 Outputs under `output_dir`: `model/` (full finetuning) or `adapter/` (LoRA: adapter weights, the head,
 the head config and the tokenizer; `load_adapter_model` reattaches it to a fresh base), `merged/` with
 `merge=True` (a plain model folder for `AutoModelFor...`), `base/` for LoRA on a from-scratch model (the
@@ -51,12 +56,14 @@ from ..hub.cards import finetune_card_fields, finetune_provenance, name_base_mod
 from ..hub.repo_id import check_model_id, check_repo_id
 from ..models.hub_loading import CheckpointSourceError, resolve_checkpoint
 from ..models.weights import check_weight_files
+from . import finetune_seq2seq as seq2seq
 from .finetune_tasks import (
     CAUSAL_LM,
     CLASSIFICATION,
     LABEL_COLUMNS,
     MODEL_INPUTS,
     QUESTION_ANSWERING,
+    SEQ2SEQ_TASKS,
     TAGGING,
     TAGS_COLUMNS,
     TEXT_COLUMNS,
@@ -80,7 +87,8 @@ logger = logging.getLogger(__name__)
 
 from .arguments import DEFAULT_LORA_TARGETS  # noqa: E402  (the default of --lora_target_modules)
 BUILTIN_DATASETS = ("vader", "vader-3way")  # hf_xfmr.data.labelled
-DEFAULT_BEST_METRIC = {CLASSIFICATION: "accuracy", TAGGING: "f1", QUESTION_ANSWERING: "f1", CAUSAL_LM: "loss"}
+DEFAULT_BEST_METRIC = {CLASSIFICATION: "accuracy", TAGGING: "f1", QUESTION_ANSWERING: "f1", CAUSAL_LM: "loss",
+                       **seq2seq.DEFAULT_METRIC}
 DATA_BUILDERS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet",
                  ".txt": "text", ".arrow": "arrow"}
 QA_HIDDEN_COLUMNS = ("example_index", "context_offsets")  # kept aside for post-processing, not model inputs
@@ -269,6 +277,8 @@ def _find_columns(columns: list[str], args: FinetuneArguments) -> dict:
     elif args.task == TAGGING:
         found = {"tokens": pick_column(columns, args.tokens_column, TOKENS_COLUMNS, "words", "tokens_column"),
                  "tags": pick_column(columns, args.tags_column, TAGS_COLUMNS, "tags", "tags_column")}
+    elif seq2seq.is_seq2seq(args.task):
+        found = seq2seq.find_columns(columns, args)
     elif args.task == CAUSAL_LM:
         from ..data.sft import SFTDataError, sft_format
 
@@ -305,7 +315,8 @@ def _text_columns(args: FinetuneArguments, found: dict) -> dict[str, str]:
     """The columns of `found` that hold the texts (words for tagging), each with the option naming it."""
     options = {"text": "text_column", "pair": "text_pair_column", "tokens": "tokens_column",
                "question": "question_column", "context": "context_column",
-               "messages": "text_column", "prompt": "text_column", "completion": "text_column"}
+               "messages": "text_column", "prompt": "text_column", "completion": "text_column",
+               "source": "source_column", "target": "target_column"}
     return {found[role]: option for role, option in options.items() if found.get(role) is not None}
 
 
@@ -323,6 +334,8 @@ def _skip_rows_without_text(raw, args: FinetuneArguments):
         present = {column: option for column, option in columns.items() if column in split.column_names}
         if args.task == CAUSAL_LM:
             missing = _sft_rows_without_content(split, args, split_name)
+        elif seq2seq.is_seq2seq(args.task):
+            missing = seq2seq.rows_without_text(split, args, split_name)
         else:
             missing = rows_without_text(split, present, split_name, word_lists=args.task == TAGGING)
         if missing and len(missing) == len(split):
@@ -354,6 +367,8 @@ def _tokenize(data: _TaskData, tokenizer, args: FinetuneArguments, accepted: set
     max_length = min(args.max_seq_length, tokenizer.model_max_length)
     if args.task == CAUSAL_LM:
         return _tokenize_sft(data, tokenizer, args, max_length)
+    if seq2seq.is_seq2seq(args.task):
+        return seq2seq.tokenize(data, tokenizer, args, max_length)
     cols = data.columns
     for split_name, split in data.raw.items():
         if args.task == CLASSIFICATION:
@@ -422,12 +437,14 @@ def _require_chat_tokenizer(tokenizer) -> None:
 # Tokenizer and model
 # ---------------------------------------------------------------------------------------------
 
-def _training_texts(data: _TaskData, task: str) -> list[str]:
+def _training_texts(data: _TaskData, task: str, args: FinetuneArguments) -> list[str]:
     train, cols = data.raw["train"], data.columns
     if task == CLASSIFICATION:
         return list(train[cols["text"]]) + (list(train[cols["pair"]]) if cols["pair"] else [])
     if task == TAGGING:
         return [" ".join(words) for words in train[cols["tokens"]]]
+    if seq2seq.is_seq2seq(task):
+        return seq2seq.training_texts(data, args)
     if task == CAUSAL_LM:  # every text, and every message's content
         return [m["content"] if isinstance(m, dict) else m for column in cols.values() for value in train[column]
                 for m in (value if isinstance(value, list) else [value])]
@@ -449,7 +466,7 @@ def _load_tokenizer(args: FinetuneArguments, data: _TaskData):
         from ..data.tokenizers import train_tokenizer
 
         try:
-            tokenizer = train_tokenizer(args.arch, _training_texts(data, args.task), vocab_size=args.vocab_size,
+            tokenizer = train_tokenizer(args.arch, _training_texts(data, args.task, args), vocab_size=args.vocab_size,
                                         model_max_length=args.max_seq_length)
         except ValueError as err:
             raise FinetuneError(f"Cannot train a tokenizer for --arch {args.arch}: {err} Pass "
@@ -496,10 +513,12 @@ def _token_id_kwargs(config_class, tokenizer) -> dict:
     return out
 
 
-def _model_class(arch, task: str):
+def _model_class(arch, task: str, args: FinetuneArguments | None = None):
     try:
-        return arch.model_class(task)
+        return arch.model_class(seq2seq.REGISTRY_TASK if seq2seq.is_seq2seq(task) else task)
     except ValueError as err:
+        if seq2seq.is_seq2seq(task):
+            raise seq2seq.model_class_error(err, args) from None
         hint = ""
         if task == CAUSAL_LM:  # decided by the registry: every architecture with a causal-LM head
             from hf_xfmr.models.registry import architectures
@@ -521,7 +540,7 @@ def _adopt_checkpoint_labels(config: dict, model_class, data: _TaskData) -> None
     data.label_names = names
 
 
-def _load_head(path: Path, task: str | None, data: "_TaskData | None" = None, **kwargs):
+def _load_head(path: Path, task: str | None, data: "_TaskData | None" = None, args=None, **kwargs):
     """(model, loading info) for `path`, an hf_xfmr or transformers checkpoint folder, with the head of
     `task` (or of the class named in the folder's config when `task` is None)."""
     import hf_xfmr
@@ -556,7 +575,7 @@ def _load_head(path: Path, task: str | None, data: "_TaskData | None" = None, **
             if model_class is None:
                 raise FinetuneError(f"{name} is not an hf_xfmr {arch.name} class.")
         else:
-            model_class = _model_class(arch, task)
+            model_class = _model_class(arch, task, args)
         if data is not None:
             _adopt_checkpoint_labels(config, model_class, data)
             kwargs.update(_label_kwargs(data))
@@ -578,7 +597,7 @@ def _from_checkpoint(args: FinetuneArguments, data: "_TaskData"):
 
     path = Path(args.model_name_or_path)
     with held_load_report():
-        model, info = _load_head(path, args.task, data, **_quantization_kwargs(args))
+        model, info = _load_head(path, args.task, data, args, **_quantization_kwargs(args))
     mismatched = [entry[0] if isinstance(entry, tuple) else entry for entry in info.get("mismatched_keys", [])]
     if mismatched:
         logger.warning("Re-initialised %s: their shapes in %s do not fit this task's labels.", mismatched, path)
@@ -616,7 +635,7 @@ def _scratch_architecture(args: FinetuneArguments):
         arch = get_architecture(args.arch)
     except ValueError as err:
         raise FinetuneError(f"--arch: {err}") from None
-    return arch, _model_class(arch, args.task)
+    return arch, _model_class(arch, args.task, args)
 
 
 def _from_scratch(args: FinetuneArguments, data: _TaskData, tokenizer):
@@ -690,13 +709,15 @@ def apply_lora(model, task: str, *, r: int = 8, alpha: int = 16, dropout: float 
     from peft import LoraConfig, TaskType, get_peft_model
 
     task_type = {CLASSIFICATION: TaskType.SEQ_CLS, TAGGING: TaskType.TOKEN_CLS,
-                 QUESTION_ANSWERING: TaskType.QUESTION_ANS, CAUSAL_LM: TaskType.CAUSAL_LM}[task]
+                 QUESTION_ANSWERING: TaskType.QUESTION_ANS, CAUSAL_LM: TaskType.CAUSAL_LM,
+                 **dict.fromkeys(SEQ2SEQ_TASKS, TaskType.SEQ_2_SEQ_LM)}[task]
     targets = lora_targets(model, target_modules)
     experts = [] if target_modules else expert_parameters(model)
     if experts and dropout:
         logger.info("LoRA on the experts' stacked weights takes no dropout: --lora_dropout %g is set to 0.", dropout)
         dropout = 0.0
-    to_save = [] if task == CAUSAL_LM else head_modules(model)  # a causal LM's head is pretrained: it stays frozen
+    # a causal LM's or seq2seq LM's head is pretrained (tied to the embeddings in most): it stays frozen
+    to_save = [] if task == CAUSAL_LM or task in SEQ2SEQ_TASKS else head_modules(model)
     for name in sorted(fresh_modules or ()):
         if not any(name == h or name.startswith(h + ".") for h in to_save) and name.rsplit(".", 1)[-1] not in targets:
             to_save.append(name)
@@ -845,7 +866,7 @@ def stuck_finetune_callback(num_labels: int, label_names=None, after: float = ST
     return StuckFinetuneCallback()
 
 
-def _trainer(nan_policy: str, **kwargs):
+def _trainer(nan_policy: str, base=None, **kwargs):
     """transformers' Trainer, checking every training loss as pretraining does (`--nan_policy`): a NaN/inf
     loss stops the run with a NonFiniteLossError naming the step ("stop"), or gives no gradient and is
     counted in `trainer.skipped_batches` ("skip"). Trainer alone would keep training and hide such losses
@@ -855,7 +876,7 @@ def _trainer(nan_policy: str, **kwargs):
 
     from .pretrain import NonFiniteLossError
 
-    class FinetuneTrainer(Trainer):
+    class FinetuneTrainer(base or Trainer):
         skipped_batches = 0
 
         def _issue_warnings_after_load(self, load_result):
@@ -903,7 +924,9 @@ def _nonfinite_message(model, step: int) -> str:
             "Pass --nan_policy skip to skip such batches instead.")
 
 
-def _compute_metrics(task: str, data: _TaskData, split: str):
+def _compute_metrics(task: str, data: _TaskData, split: str, tokenizer=None, args=None):
+    if seq2seq.is_seq2seq(task):
+        return seq2seq.compute_metrics(data, split, tokenizer, args)
     if task == CAUSAL_LM:
         return None  # the evaluation loss (and its perplexity, added afterwards) is the metric
     if task == CLASSIFICATION:
@@ -944,7 +967,10 @@ def _training_arguments(args: FinetuneArguments, train_size: int, checkpoints: P
         total = math.ceil(per_epoch * args.num_train_epochs)
     eval_steps = args.eval_steps or _auto_interval(total, 5)
     metric = args.metric_for_best_model or DEFAULT_BEST_METRIC[args.task]
-    return TrainingArguments(
+    # seq2seq: the Seq2SeqTrainingArguments of generation at evaluation
+    arguments_class = seq2seq.training_arguments if seq2seq.is_seq2seq(args.task) else TrainingArguments
+    resumable = args.keep_checkpoints or getattr(args, "resume", None) is not None  # optimizer state kept
+    return arguments_class(
         output_dir=str(checkpoints), num_train_epochs=args.num_train_epochs, max_steps=args.max_steps,
         per_device_train_batch_size=args.per_device_train_batch_size,
         per_device_eval_batch_size=args.per_device_eval_batch_size,
@@ -954,7 +980,7 @@ def _training_arguments(args: FinetuneArguments, train_size: int, checkpoints: P
         eval_strategy=args.eval_strategy, save_strategy=args.eval_strategy, eval_steps=eval_steps,
         save_steps=eval_steps, logging_steps=args.logging_steps or _auto_interval(total, 50),
         load_best_model_at_end=True, metric_for_best_model=metric, greater_is_better=args.greater_is_better,
-        save_total_limit=None if args.keep_checkpoints else 2, save_only_model=True, seed=args.seed,
+        save_total_limit=None if args.keep_checkpoints else 2, save_only_model=not resumable, seed=args.seed,
         bf16=args.bf16, use_cpu=args.use_cpu, dataloader_num_workers=args.dataloader_num_workers,
         # pinned memory serves a copy to a GPU; without one torch warns that it is set and unused
         dataloader_pin_memory=torch.cuda.is_available() and not args.use_cpu,
@@ -967,6 +993,8 @@ def _training_arguments(args: FinetuneArguments, train_size: int, checkpoints: P
 def _collator(task: str, tokenizer, padding_free: bool = False):
     from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, default_data_collator
 
+    if seq2seq.is_seq2seq(task):
+        return seq2seq.collator(tokenizer)
     if task == CAUSAL_LM:
         from ..data.sft import DataCollatorForSFT
 
@@ -1016,7 +1044,7 @@ def _prepare_output(args: FinetuneArguments) -> Path:
     out = Path(args.output_dir)
     if out.exists() and not out.is_dir():
         raise FinetuneError(f"--output_dir {out} is a file, not a folder: choose another path.")
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(out.iterdir()) and getattr(args, "resume", None) is None:  # --resume: continue it
         if not args.overwrite_output_dir:
             raise FinetuneError(f"--output_dir {out} exists and is not empty; pass --overwrite_output_dir or "
                                 "choose another folder.")
@@ -1046,6 +1074,8 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
     """
     import transformers
 
+    if seq2seq.is_seq2seq(args.task):  # plain FinetuneArguments get the seq2seq options' defaults
+        args = seq2seq.seq2seq_arguments(args)
     if args.push_to_hub:  # a bad repo id is refused before training, not after it
         check_repo_id(args.push_to_hub, error=FinetuneError)
     if args.base_model is not None:
@@ -1055,6 +1085,9 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
     if args.arch is not None:
         _scratch_architecture(args)  # fail on an unknown architecture or head before loading any data
     out = _prepare_output(args)
+    resume = seq2seq.resume_checkpoint(getattr(args, "resume", None), out / "checkpoints")
+    if resume is not None:
+        seq2seq.restore_log(resume, out / LOG_HISTORY)
     transformers.set_seed(args.seed)
     data = _prepare_data(args, dataset)
     tokenizer = tokenizer if tokenizer is not None else _load_tokenizer(args, data)
@@ -1062,7 +1095,7 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
         tokenizer.chat_template = _chat_template(args.chat_template)
     model, collator = _build_model(args, data, tokenizer, out)
     trainer = _build_trainer(args, model, tokenizer, collator, data, out)
-    metrics = _train_and_evaluate(trainer, args, data, given_dataset=dataset is not None)
+    metrics = _train_and_evaluate(trainer, args, data, given_dataset=dataset is not None, resume=resume)
     model, dirs = _save_model(trainer, tokenizer, args, metrics, out)
     hub_folder = None
     if args.push_to_hub:  # the final model (merged with --lora) as a self-contained Hub folder, uploaded
@@ -1128,6 +1161,8 @@ def _build_model(args: FinetuneArguments, data: _TaskData, tokenizer, out: Path)
             logger.warning("LoRA on a from-scratch (randomly initialised) model trains only adapters and the head; "
                            "its initial weights are saved in %s/base for reloading the adapter.", out)
     _check_vocab(model, tokenizer)
+    if seq2seq.is_seq2seq(args.task):
+        seq2seq.check_model(model, args)
     fit_tokenizer_to_model(tokenizer, model)  # emit and save only what this model takes (DistilBERT: no token types)
     accepted = set(inspect.signature(model.forward).parameters) & set(MODEL_INPUTS)
     _tokenize(data, tokenizer, args, accepted)
@@ -1150,13 +1185,15 @@ def _build_model(args: FinetuneArguments, data: _TaskData, tokenizer, out: Path)
 def _build_trainer(args: FinetuneArguments, model, tokenizer, collator, data: _TaskData, out: Path):
     """The Trainer, logging to `log_history.jsonl`, checkpointing in `checkpoints/`, and (classification)
     warning when the run stays at chance."""
-    callbacks, compute_metrics = [_jsonl_callback(out / LOG_HISTORY)], _compute_metrics(args.task, data, "validation")
-    logits_for_metrics = None if args.task in (QUESTION_ANSWERING, CAUSAL_LM) else _argmax_logits
+    callbacks = [_jsonl_callback(out / LOG_HISTORY)]
+    compute_metrics = _compute_metrics(args.task, data, "validation", tokenizer, args)
+    generates = seq2seq.is_seq2seq(args.task)  # Seq2SeqTrainer: the predictions are generated ids
+    logits_for_metrics = None if args.task in (QUESTION_ANSWERING, CAUSAL_LM) or generates else _argmax_logits
     if args.task == CLASSIFICATION:  # warns when the run stays at chance
         callbacks.append(stuck_finetune_callback(len(data.label_names), data.label_names))
         compute_metrics = callbacks[-1].watch(compute_metrics)
     return _trainer(
-        args.nan_policy, model=model,
+        args.nan_policy, base=seq2seq.trainer_class(args) if generates else None, model=model,
         args=_training_arguments(args, len(data.features["train"]), out / "checkpoints"),
         train_dataset=data.features["train"], eval_dataset=data.features["validation"],
         processing_class=tokenizer, data_collator=collator,
@@ -1166,10 +1203,12 @@ def _build_trainer(args: FinetuneArguments, model, tokenizer, collator, data: _T
     )
 
 
-def _train_and_evaluate(trainer, args: FinetuneArguments, data: _TaskData, given_dataset: bool) -> dict:
-    """Train, then the metrics of `metrics.json`: train, eval (the best checkpoint), test, majority
-    baselines (classification), the best checkpoint's name and the run's provenance."""
-    train_output = trainer.train()
+def _train_and_evaluate(trainer, args: FinetuneArguments, data: _TaskData, given_dataset: bool,
+                        resume: Path | None = None) -> dict:
+    """Train (from the `resume` checkpoint when given), then the metrics of `metrics.json`: train, eval (the best
+    checkpoint), test, majority baselines (classification) or copy baselines (seq2seq), the best checkpoint's name
+    and the run's provenance."""
+    train_output = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     if trainer.skipped_batches:
         train_output.metrics["skipped_batches"] = trainer.skipped_batches
         logger.warning("Skipped %d training batch(es) whose loss was NaN/inf (--nan_policy skip).",
@@ -1177,12 +1216,14 @@ def _train_and_evaluate(trainer, args: FinetuneArguments, data: _TaskData, given
     best = trainer.state.best_model_checkpoint
     metrics = {"train": train_output.metrics, "eval": trainer.evaluate()}
     if "test" in data.features:
-        trainer.compute_metrics = _compute_metrics(args.task, data, "test")
+        trainer.compute_metrics = _compute_metrics(args.task, data, "test", trainer.processing_class, args)
         metrics["test"] = trainer.evaluate(data.features["test"], metric_key_prefix="test")
     if args.task == CAUSAL_LM:
         for prefix in ("eval", "test"):
             if prefix in metrics:
                 metrics[prefix][f"{prefix}_perplexity"] = perplexity(metrics[prefix][f"{prefix}_loss"])
+    if seq2seq.is_seq2seq(args.task):
+        metrics["baseline"] = seq2seq.copy_baseline(data, args)
     if args.task == CLASSIFICATION:
         metrics["baseline"] = {f"{split}_majority_accuracy": _majority_baseline(data, split)
                                for split in ("validation", "test") if split in data.features}

@@ -1,11 +1,14 @@
 """What each finetuning task needs besides the model: labels, tokenization, metrics, QA post-processing.
 
-Four tasks, named as in the model registry:
+The tasks, named as in the model registry where they train one of its heads:
     sequence-classification   one label per text (or text pair): accuracy and macro-F1
     token-classification      one tag per word: token-level accuracy and F1
     question-answering        an answer span inside a context (SQuAD format): exact match and F1
     causal-lm                 supervised finetuning (SFT) of a decoder on chats, prompt/completion pairs or
                               texts (`hf_xfmr.data.sft`): evaluation loss and perplexity
+    seq2seq                   generation finetuning of an encoder-decoder (`ForConditionalGeneration`) on
+                              source/target texts, `summarization` and `translation` its aliases with their
+                              defaults (`training.finetune_seq2seq`): ROUGE and BLEU of generated texts
 
 Everything here is plain Python/numpy on `datasets` rows; `finetune.py` wires it into a `Trainer`.
 User mistakes (a missing column, unlabelled rows, an answer that is not in its context) raise
@@ -26,7 +29,10 @@ CLASSIFICATION = "sequence-classification"
 TAGGING = "token-classification"
 QUESTION_ANSWERING = "question-answering"
 CAUSAL_LM = "causal-lm"  # SFT: any architecture with a causal-LM head
-FINETUNE_TASKS = (CLASSIFICATION, TAGGING, QUESTION_ANSWERING, CAUSAL_LM)
+SEQ2SEQ = "seq2seq"  # summarization / translation: any architecture with a seq2seq-LM head
+SUMMARIZATION, TRANSLATION = "summarization", "translation"  # SEQ2SEQ with the defaults of each
+SEQ2SEQ_TASKS = (SEQ2SEQ, SUMMARIZATION, TRANSLATION)
+FINETUNE_TASKS = (CLASSIFICATION, TAGGING, QUESTION_ANSWERING, CAUSAL_LM, *SEQ2SEQ_TASKS)
 
 # Column names tried, in order, when the user names none.
 TEXT_COLUMNS = ("text", "sentence", "sentence1", "content", "review", "document")
