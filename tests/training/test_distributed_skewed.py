@@ -4,8 +4,8 @@ Rank 0 trains on full-length rows; rank 1 on heavily padded rows, and on a micro
 in step 2 (`pretrain_worker.Skew`). Under DeepSpeed ZeRO-3 the processes must still run the same modules in
 the same order (it gathers parameters in module hooks): a data-dependent path made them wait on different
 collectives for ever. Under DDP the ranks must end with identical parameters. One launch per setting trains
-every objective (one architecture each, plus ModernBERT, whose unpadding is its own code) one after the
-other in the same two processes, a few steps each. The ZeRO-3 launch ends with a process that stops taking
+every objective (one architecture each, plus ModernBERT and the BigBirds, whose unpadding is their own code) one
+after the other in the same two processes, a few steps each. The ZeRO-3 launch ends with a process that stops taking
 part: the other must fail after --ddp_timeout with an error naming the step, not hang.
 (test_distributed_module_order.py checks the same property in one process, for every architecture.)
 """
@@ -37,10 +37,13 @@ def _cases() -> list[tuple[str, str]]:
             if objective not in seen:
                 seen.add(objective)
                 cases.append((arch.name, objective))
-    return cases + [("modernbert", "mlm")]
+    return cases + [("modernbert", "mlm"), ("bigbird", "mlm"), ("bigbird_pegasus", "gsg")]
 
 
 CASES = _cases()
+# BigBird's block-sparse layout starts above (5 + 2 x 2 random blocks) x 8 = 72 tokens at the tiny preset: rank 0's
+# full rows take it, rank 1's padded rows (cut to their longest) may run full attention; the same modules either way.
+LENGTHS = {("bigbird", "mlm"): 96, ("bigbird_pegasus", "gsg"): 96}
 
 
 def _launch(folder, tokenizer, accelerate_config=None):
@@ -49,8 +52,9 @@ def _launch(folder, tokenizer, accelerate_config=None):
         out = folder / f"{arch}-{objective}"
         runs.append({"args": dict(
             arch=arch, objective=objective, max_steps=STEPS, max_documents=40, vocab_size=400,
-            per_device_train_batch_size=4, max_seq_length=32, logging_steps=1, save_steps=0, eval_fraction=0.1,
-            max_eval_examples=8, progress_bar=False, ddp_timeout=120, output_dir=str(out)),
+            per_device_train_batch_size=4, max_seq_length=LENGTHS.get((arch, objective), 32), logging_steps=1,
+            save_steps=0, eval_fraction=0.1, max_eval_examples=8, progress_bar=False, ddp_timeout=120,
+            output_dir=str(out)),
             "report": str(out / "report"), "skew": True})
     if accelerate_config is not None:  # last: rank 1 stops taking part in step 2
         runs.append({"args": dict(

@@ -282,9 +282,17 @@ class XfmrBigBirdLMHead(MaskedLMPredictionHead):
 # -- task heads (shared machinery in models/heads.py). Every head but QA has the pooler, as the reference's do
 # (its weights convert both ways), even where the head reads the tokens instead.
 class XfmrBigBirdForMaskedLM(MaskedLMHead, XfmrBigBirdPreTrainedModel):
+    """MLM. Its pooler (kept so that the weights convert both ways) takes no part in the loss: it is frozen, as
+    it gets no gradient anyway, so that DDP does not wait for one (no `find_unused_parameters` needed)."""
+
     base_model_class = XfmrBigBirdModel
     lm_head_class = XfmrBigBirdLMHead
     _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config):
+        super().__init__(config)
+        if self.model.pooler is not None:
+            self.model.pooler.requires_grad_(False)
 
 
 @dataclass
