@@ -149,7 +149,7 @@ def get_architecture(key) -> Architecture:
     model_type = getattr(config, "model_type", None)
     name = key.replace("-", "_") if isinstance(key, str) else None
     for arch in _ARCHITECTURES.values():
-        if name == arch.name or key == arch.model_type or model_type == arch.model_type:
+        if key == arch.name or name == arch.name or key == arch.model_type or model_type == arch.model_type:
             return arch
     known = ", ".join(f"{a.name} ({a.model_type})" for a in _ARCHITECTURES.values())
     shown = model_type if model_type is not None else key
