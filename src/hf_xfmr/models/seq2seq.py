@@ -30,11 +30,14 @@ the same call signature).
 Shapes: B batch, S encoder tokens, T decoder tokens, C hidden size, V vocabulary.
 """
 
+import math
+
 import torch
 from torch import nn
 from transformers.cache_utils import EncoderDecoderCache
 from transformers.modeling_outputs import (
     BaseModelOutput,
+    BaseModelOutputWithPast,
     QuestionAnsweringModelOutput,
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
@@ -46,9 +49,16 @@ from transformers.modeling_outputs import (
 from ..layers.dropout import Dropout
 from ..layers.masks import ready_mask, visible_keys
 from .causal_lm import lm_logits_and_loss
-from .generation import CheckedGenerationMixin
+from .generation import (
+    CheckedGenerationMixin,
+    cached_length,
+    check_decoder_mask,
+    decoder_position_ids,
+    prepare_cache,
+    replayed_by_checkpointing,
+)
 from .heads import TaskHead
-from .input_checks import check_id_dtype, check_tensor
+from .input_checks import check_attention_mask, check_encoder_inputs, check_id_dtype, check_tensor
 from .losses import IGNORE_INDEX
 from .packing import packed_sequence_starts
 
@@ -144,6 +154,82 @@ class SharedInputEmbeddings:
 
     def set_input_embeddings(self, value):
         self.shared = value
+
+
+class DecoderAloneModel(SharedInputEmbeddings):
+    """Mixin of the decoder alone of a BART-style encoder-decoder (`...ForCausalLM`'s backbone): token embeddings
+    (`shared`, scaled by sqrt(d_model) with `scale_embedding`) and the decoder stack `build_decoder(config)`
+    returns, whose cross-attention runs only when `encoder_hidden_states` are given. BART and BigBird-Pegasus."""
+
+    def build_decoder(self, config) -> nn.Module:
+        raise NotImplementedError
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.decoder = self.build_decoder(config)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
+                inputs_embeds=None, encoder_hidden_states=None, encoder_attention_mask=None, use_cache=None,
+                output_attentions=None, output_hidden_states=None, return_dict=None, cache=None, **packed):
+        """attention_mask (B, P + T) 0/1 over cached and new tokens, or a ready-made (B, 1, T, P + T) mask;
+        `past_key_values`: a transformers `Cache`; `packed`: the boundaries of packed sequences (`models.packing`;
+        restarting `position_ids` mark them too), which then attend causally to themselves only."""
+        config = self.config
+        past_key_values = cache if cache is not None else past_key_values
+        batch, seq_len = check_encoder_inputs(input_ids, inputs_embeds, None, None, None, vocab_size=config.vocab_size,
+                                              type_vocab_size=None, max_positions=None)
+        output_attentions, output_hidden_states, return_dict = self.output_flags(
+            output_attentions, output_hidden_states, return_dict)
+        if use_cache is None:
+            use_cache = config.use_cache and not self.training
+        if replayed_by_checkpointing(self.decoder.layers):
+            use_cache, past_key_values = False, None
+        past_key_values = prepare_cache(past_key_values, use_cache, config,
+                                        cross_attention=encoder_hidden_states is not None)
+        self_cache = (past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache)
+                      else past_key_values)
+        past_length = cached_length(self_cache)
+        check_decoder_mask(attention_mask, batch, past_length, seq_len)
+        check_attention_mask("encoder_attention_mask", encoder_attention_mask)
+        starts = packed_sequence_starts(self, batch, seq_len, attention_mask, position_ids, past_length, packed)
+        embeds = self.shared(input_ids) * self.embed_scale if inputs_embeds is None else inputs_embeds  # (B, T, C)
+        if position_ids is None and attention_mask is not None and starts is None:
+            if past_length + seq_len > config.max_position_embeddings:
+                raise ValueError(f"{seq_len} tokens after {past_length} cached exceed the "
+                                 f"{config.max_position_embeddings} positions this model has "
+                                 f"(`max_position_embeddings`); truncate the inputs or lower `max_new_tokens`.")
+            position_ids = decoder_position_ids(attention_mask, past_length, seq_len, embeds.device)  # (B, T)
+        hidden, all_hidden, all_self, all_cross = self.decoder(
+            embeds, attention_mask, position_ids, encoder_hidden_states, encoder_attention_mask,
+            past_key_values=past_key_values, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, starts=starts,
+        )
+        output = BaseModelOutputWithPast(last_hidden_state=hidden, cache=past_key_values if use_cache else None,
+                                         hidden_states=all_hidden, attentions=all_self)
+        return output if return_dict else output.to_tuple()
+
+
+class FinalLogitsBias:
+    """Mixin of a BART-style `...ForConditionalGeneration`: the `final_logits_bias` buffer added to the logits,
+    resized with the token embeddings."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        # A buffer, as in the reference: checkpoints store it, training leaves it alone.
+        self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))
+
+    def logits_bias(self):
+        return self.final_logits_bias[0]  # (V,)
+
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        size, old = embeddings.weight.shape[0], self.final_logits_bias
+        bias = old[:, :size] if size <= old.shape[1] else torch.cat([old, old.new_zeros(1, size - old.shape[1])], 1)
+        self.register_buffer("final_logits_bias", bias)
+        return embeddings
 
 
 class EncoderEntry:

@@ -43,7 +43,7 @@ import torch
 from torch import nn
 from transformers.cache_utils import EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPast
+from transformers.modeling_outputs import BaseModelOutput
 
 from ...layers.attention import resolve_kernel, self_attention
 from ...layers.dropout import Dropout
@@ -52,21 +52,17 @@ from ...layers.masks import decoder_attention_mask, document_ids_from_starts, po
 from ...layers.mlp import get_activation
 from ...layers.padding import encoder_padding
 from ..causal_lm import CausalLMHead
-from ..generation import (
-    cached_length,
-    check_decoder_mask,
-    decoder_position_ids,
-    prepare_cache,
-    replayed_by_checkpointing,
-)
+from ..generation import cached_length, prepare_cache, replayed_by_checkpointing
 from ..heads import QuestionAnsweringHead, SequenceClassificationHead
 from ..input_checks import check_4d_mask, check_attention_mask, check_encoder_inputs, check_id_dtype
 from ..packing import packed_sequence_starts
 from ..pretrained import XfmrPreTrainedModel, collect
 from ..seq2seq import (
+    DecoderAloneModel,
     DecoderInputsFromInputs,
     EncoderEntry,
     EosClassifier,
+    FinalLogitsBias,
     Seq2SeqAttention,
     Seq2SeqLMHead,
     SharedInputEmbeddings,
@@ -367,78 +363,18 @@ class XfmrBartModel(SharedInputEmbeddings, XfmrBartPreTrainedModel):
                                     return_dict)
 
 
-class XfmrBartDecoderModel(SharedInputEmbeddings, XfmrBartPreTrainedModel):
-    """The decoder alone (`BartForCausalLM`'s backbone): token embeddings (`shared`) and the decoder stack,
-    whose cross-attention runs only when `encoder_hidden_states` are given."""
+class XfmrBartDecoderModel(DecoderAloneModel, XfmrBartPreTrainedModel):
+    """The decoder alone (`BartForCausalLM`'s backbone): `seq2seq.DecoderAloneModel` over `XfmrBartStack`."""
 
-    def __init__(self, config):
-        super().__init__(config)
-        self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.decoder = XfmrBartStack(config, is_decoder=True)
-        self.post_init()
-
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
-                inputs_embeds=None, encoder_hidden_states=None, encoder_attention_mask=None, use_cache=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, cache=None, **packed):
-        """attention_mask (B, P + T) 0/1 over cached and new tokens, or a ready-made (B, 1, T, P + T) mask;
-        `past_key_values`: a transformers `Cache`; `packed`: the boundaries of packed sequences (`models.packing`;
-        restarting `position_ids` mark them too), which then attend causally to themselves only."""
-        config = self.config
-        past_key_values = cache if cache is not None else past_key_values
-        batch, seq_len = check_encoder_inputs(input_ids, inputs_embeds, None, None, None, vocab_size=config.vocab_size,
-                                              type_vocab_size=None, max_positions=None)
-        output_attentions, output_hidden_states, return_dict = self.output_flags(
-            output_attentions, output_hidden_states, return_dict)
-        if use_cache is None:
-            use_cache = config.use_cache and not self.training
-        if replayed_by_checkpointing(self.decoder.layers):
-            use_cache, past_key_values = False, None
-        past_key_values = prepare_cache(past_key_values, use_cache, config,
-                                        cross_attention=encoder_hidden_states is not None)
-        self_cache = (past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache)
-                      else past_key_values)
-        past_length = cached_length(self_cache)
-        check_decoder_mask(attention_mask, batch, past_length, seq_len)
-        check_attention_mask("encoder_attention_mask", encoder_attention_mask)
-        starts = packed_sequence_starts(self, batch, seq_len, attention_mask, position_ids, past_length, packed)
-        embeds = self.shared(input_ids) * self.embed_scale if inputs_embeds is None else inputs_embeds  # (B, T, C)
-        if position_ids is None and attention_mask is not None and starts is None:
-            if past_length + seq_len > config.max_position_embeddings:
-                raise ValueError(f"{seq_len} tokens after {past_length} cached exceed the "
-                                 f"{config.max_position_embeddings} positions this model has "
-                                 f"(`max_position_embeddings`); truncate the inputs or lower `max_new_tokens`.")
-            position_ids = decoder_position_ids(attention_mask, past_length, seq_len, embeds.device)  # (B, T)
-        hidden, all_hidden, all_self, all_cross = self.decoder(
-            embeds, attention_mask, position_ids, encoder_hidden_states, encoder_attention_mask,
-            past_key_values=past_key_values, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states, starts=starts,
-        )
-        output = BaseModelOutputWithPast(last_hidden_state=hidden, cache=past_key_values if use_cache else None,
-                                         hidden_states=all_hidden, attentions=all_self)
-        return output if return_dict else output.to_tuple()
+    def build_decoder(self, config):
+        return XfmrBartStack(config, is_decoder=True)
 
 
 # -- heads (shared machinery in models/heads.py, models/seq2seq.py and models/causal_lm.py) ----------
-class XfmrBartForConditionalGeneration(Seq2SeqLMHead, XfmrBartPreTrainedModel):
+class XfmrBartForConditionalGeneration(FinalLogitsBias, Seq2SeqLMHead, XfmrBartPreTrainedModel):
     """Sequence-to-sequence LM: decoder output -> `lm_head` (tied to `shared`) + `final_logits_bias`; `generate()`."""
 
     base_model_class = XfmrBartModel
-
-    def __init__(self, config):
-        super().__init__(config)
-        # A buffer, as in the reference: checkpoints store it, training leaves it alone.
-        self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))
-
-    def logits_bias(self):
-        return self.final_logits_bias[0]  # (V,)
-
-    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
-        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        size, old = embeddings.weight.shape[0], self.final_logits_bias
-        bias = old[:, :size] if size <= old.shape[1] else torch.cat([old, old.new_zeros(1, size - old.shape[1])], 1)
-        self.register_buffer("final_logits_bias", bias)
-        return embeddings
 
 
 class XfmrBartForSequenceClassification(DecoderInputsFromInputs, SequenceClassificationHead, XfmrBartPreTrainedModel):
