@@ -1,10 +1,13 @@
 """Fixtures shared by the whole suite. Nothing here touches the network."""
 
 import os
+import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The measured matmul peaks (`hf_xfmr.machine`) are cached here, not in the user's ~/.cache.
+os.environ.setdefault("HF_XFMR_CACHE", tempfile.mkdtemp(prefix="hf_xfmr_cache_"))
 
 import pytest  # noqa: E402
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors  # noqa: E402

@@ -43,8 +43,11 @@ def test_time_case_interleaves_and_excludes_warmup(mode):
     assert result.order == ["ours", "ref"] * 4
     assert len(result.ours.times_ms) == len(result.ref.times_ms) == 4
     assert result.warmup == 3 and result.repeats == 4 and result.threads == 1
-    # every step (warm-up included) ran once per side; only the timed ones are in the statistics
-    assert built["ours"].calls == built["ref"].calls == 3 + 4
+    # every step (warm-up included) ran once per side; only the timed ones are in the statistics. Ours ran one
+    # more, untimed, after them: the step whose FLOPs are counted
+    assert built["ours"].calls == 3 + 4 + 1 and built["ref"].calls == 3 + 4
+    assert result.flops > 0
+    assert time_case(_counting_case(mode=mode)[0], repeats=1, warmup=0, threads=1, count_flops=False).flops is None
 
 
 @pytest.mark.parametrize("mode", ["train", "infer"])

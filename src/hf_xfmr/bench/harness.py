@@ -331,6 +331,8 @@ class CaseResult:
     description: str = ""
     params: dict[str, Any] = field(default_factory=dict)
     memory: dict[str, dict[str, Any]] | None = None
+    flops: float | None = None  # matrix-product and attention FLOPs of one step of ours (the work the step needs)
+    peak: dict[str, Any] | None = None  # the machine's peak for the dtype: {"gflops", "source"} (hf_xfmr.machine)
 
     @property
     def memory_ratio(self) -> float | None:
@@ -347,10 +349,19 @@ class CaseResult:
         ours, ref = (self.memory[side].get("process_peak_mb") for side in SIDES)
         return ours / ref if ours is not None and ref else None
 
+    def peak_fraction(self, side: str) -> float | None:
+        """Model FLOPs per step over (`side`'s median step time x the machine's peak): 0.33 = 33% of peak."""
+        if not self.flops or not self.peak or not self.peak.get("gflops"):
+            return None
+        seconds = getattr(self, side).median_ms / 1e3
+        return self.flops / seconds / (self.peak["gflops"] * 1e9) if seconds > 0 else None
+
     def as_dict(self) -> dict[str, Any]:
         row = asdict(self)
         row["memory_ratio"] = self.memory_ratio
         row["process_memory_ratio"] = self.process_memory_ratio
+        row["gflop_per_step"] = None if self.flops is None else self.flops / 1e9
+        row["peak_fraction"] = {side: self.peak_fraction(side) for side in SIDES}
         return row
 
 
@@ -362,14 +373,19 @@ def time_case(
     threads: int | None = None,
     seed: int = 0,
     progress: bool = False,
+    count_flops: bool = True,
 ) -> CaseResult:
     """Time `case`: build both sides once, `warmup` untimed steps each, then `repeats` timed steps
     each, interleaved ours, ref, ours, ref, ... Each step is timed alone with `time.perf_counter`
-    (CUDA is synchronized inside the step). `threads` defaults to `torch.get_num_threads()`."""
+    (CUDA is synchronized inside the step). `threads` defaults to `torch.get_num_threads()`.
+    `count_flops`: after the timed steps, one more untimed step of ours counts the step's FLOPs (`step_flops`)."""
     if repeats < 1 or warmup < 0:
         raise ValueError(f"need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    counted: dict[str, float] = {}
+    after = (lambda runners: counted.update(flops=step_flops(runners["ours"]))) if count_flops else None
     with torch_threads(threads) as n_threads:
-        times, order = time_steps(case, SIDES, repeats=repeats, warmup=warmup, seed=seed, progress=progress)
+        times, order = time_steps(case, SIDES, repeats=repeats, warmup=warmup, seed=seed, progress=progress,
+                                  after=after)
     ours, ref = SideStats.from_seconds(times["ours"]), SideStats.from_seconds(times["ref"])
     return CaseResult(
         case=case.name,
@@ -385,15 +401,45 @@ def time_case(
         order=order,
         description=case.description,
         params=dict(case.factory_kwargs),
+        flops=counted.get("flops"),
     )
 
 
+def _cpu_sdpa_flops() -> dict:
+    """FLOP formulas for CPU's fused attention (`torch.utils.flop_counter` counts the CUDA kernels only): the
+    same formulas as its CUDA sdpa entries (causal masks not discounted)."""
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    def forward(query, key, value, *args, out_shape=None, **kwargs) -> int:
+        return sdpa_flop_count(query, key, value)
+
+    def backward(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
+        return sdpa_backward_flop_count(grad_out, query, key, value)
+
+    aten = torch.ops.aten
+    return {aten._scaled_dot_product_flash_attention_for_cpu: forward,
+            aten._scaled_dot_product_flash_attention_for_cpu_backward: backward}
+
+
+def step_flops(runner: "SideRunner") -> float:
+    """FLOPs of one step of `runner` (forward, and backward in train mode), counted by
+    `torch.utils.flop_counter.FlopCounterMode`: matrix products and attention, not elementwise work or the
+    optimizer. The step is run for real (untimed)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_flops()) as counter:
+        runner.step()
+    return float(counter.get_total_flops())
+
+
 def time_steps(case: BenchCase, sides=SIDES, *, repeats: int, warmup: int, seed: int = 0,
-               progress: bool = False) -> tuple[dict[str, list[float]], list[str]]:
+               progress: bool = False, after: Callable[[dict[str, "SideRunner"]], None] | None = None,
+               ) -> tuple[dict[str, list[float]], list[str]]:
     """Seconds of each of `repeats` steps per side, the sides interleaved, after `warmup` untimed rounds.
 
-    Builds the runners of `sides` (see `build_runners`) and frees them afterwards. Returns (side -> step
-    seconds, the order in which the steps ran).
+    Builds the runners of `sides` (see `build_runners`) and frees them afterwards; `after(runners)`, if given,
+    runs once the timed steps are done (e.g. to count FLOPs). Returns (side -> step seconds, the order in
+    which the steps ran).
     """
     runners = build_runners(case, seed, sides=tuple(sides))
     for _ in range(warmup):
@@ -408,6 +454,8 @@ def time_steps(case: BenchCase, sides=SIDES, *, repeats: int, warmup: int, seed:
             runners[side].step()
             times[side].append(time.perf_counter() - start)
             order.append(side)
+    if after is not None:
+        after(runners)
     del runners
     gc.collect()
     return times, order
@@ -634,14 +682,35 @@ def measure_case(
     seed: int = 0,
     memory: bool = True,
     progress: bool = False,
+    mfu: bool = True,
 ) -> CaseResult:
-    """`time_case` plus, if `memory`, `peak_memory` of both sides (two child processes)."""
-    result = time_case(case, repeats=repeats, warmup=warmup, threads=threads, seed=seed, progress=progress)
+    """`time_case` plus, if `memory`, `peak_memory` of both sides (two child processes), and, if `mfu`, the
+    machine's peak for the case's dtype (`machine_peak`), against which the step's FLOPs are reported."""
+    result = time_case(case, repeats=repeats, warmup=warmup, threads=threads, seed=seed, progress=progress,
+                       count_flops=mfu)
+    if mfu:
+        result.peak = machine_peak(case.device, case.autocast_dtype, result.threads)
     if memory:
         result.memory = {
             side: peak_memory(case, side, threads=result.threads, seed=seed).as_dict() for side in SIDES
         }
     return result
+
+
+def machine_peak(device: str, dtype: torch.dtype | None, threads: int) -> dict[str, Any] | None:
+    """The peak GFLOP/s of `device` for `dtype` (None: fp32) with `threads` CPU threads: the user's
+    (`HF_XFMR_PEAK_GFLOPS`) or the cached matmul probe's (`hf_xfmr.machine.peak_gflops`), with its dtype; None
+    (and a note on stderr) when it cannot be had, so that a benchmark never fails for want of it."""
+    from hf_xfmr import machine
+
+    name = "fp32" if dtype is None else {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype)
+    if name is None:
+        return None
+    try:
+        return {**machine.peak_gflops(device, name, threads), "dtype": name}
+    except (RuntimeError, ValueError) as err:
+        print(f"note: no {name} peak for {device}, MFU not reported: {err}", file=sys.stderr)
+        return None
 
 
 def profile_case(
@@ -703,10 +772,11 @@ def _fmt_mb(value: float | None) -> str:
 
 def to_markdown(rows: list[CaseResult | dict[str, Any]]) -> str:
     """A markdown table of results, with a legend line under it."""
-    header = ["case", "mode", "dtype", "ours ms", "ref ms", "speed ratio", "ours peak MB", "ref peak MB",
-              "memory ratio", "process MB ours / ref"]
+    header = ["case", "mode", "dtype", "ours ms", "ref ms", "speed ratio", "GFLOP/step", "% of peak ours / ref",
+              "ours peak MB", "ref peak MB", "memory ratio", "process MB ours / ref"]
     cells = []
-    for row in map(_as_row, rows):
+    rows = list(map(_as_row, rows))
+    for row in rows:
         mem = row.get("memory") or {}
         ours_mb = mem.get("ours", {}).get("peak_mb")
         ref_mb = mem.get("ref", {}).get("peak_mb")
@@ -714,18 +784,53 @@ def to_markdown(rows: list[CaseResult | dict[str, Any]]) -> str:
         process_text = "—" if None in process else (
             f"{_fmt_mb(process[0])} / {_fmt_mb(process[1])} ({_fmt(row.get('process_memory_ratio'), '.2f', 'x')})")
         cells.append([row["case"], row["mode"], row["dtype"], _fmt(row["ours"]["median_ms"], ".1f"),
-                      _fmt(row["ref"]["median_ms"], ".1f"), _fmt(row["speed_ratio"], ".2f", "x"), _fmt_mb(ours_mb),
+                      _fmt(row["ref"]["median_ms"], ".1f"), _fmt(row["speed_ratio"], ".2f", "x"),
+                      _fmt_gflop(row.get("gflop_per_step")), _peak_text(row), _fmt_mb(ours_mb),
                       _fmt_mb(ref_mb), _fmt(row.get("memory_ratio"), ".2f", "x"), process_text])
-    lines = table_lines(header, "lllrrrrrrr", cells)
+    lines = table_lines(header, "lllrrrrrrrrr", cells)
     legend = (
         "\nms: median step time (train = forward + backward + AdamW step). "
         "speed ratio = ref / ours median (> 1: ours faster). "
         "peak MB: memory growth during one step, each side in its own process. "
         "memory ratio = ref / ours peak (> 1: ours uses less). "
         "process MB: the process's peak RSS above its import-only baseline over warm-up and the measured step "
-        "(weights, optimizer state and activations), ours / ref in brackets (< 1: ours uses less)."
+        "(weights, optimizer state and activations), ours / ref in brackets (< 1: ours uses less). "
+        "GFLOP/step: matrix-product and attention FLOPs of one step of ours (FlopCounterMode; the work the step "
+        "needs); % of peak: those FLOPs per median step over the machine's peak for the dtype (matmul probe, or "
+        "HF_XFMR_PEAK_GFLOPS)."
     )
-    return "\n".join(lines) + "\n" + legend + "\n"
+    return "\n".join(lines) + "\n" + legend + "\n\n" + machine_line(rows) + "\n"
+
+
+def _fmt_gflop(value: float | None) -> str:
+    return _fmt(value, ".3g" if value is not None and value < 10 else ".1f")
+
+
+def _peak_text(row: dict[str, Any]) -> str:
+    fractions = row.get("peak_fraction") or {}
+    if fractions.get("ours") is None:
+        return "—"
+    ref = fractions.get("ref")
+    return f"{fractions['ours']:.0%} / " + ("—" if ref is None else f"{ref:.0%}")
+
+
+def machine_line(rows: list[dict[str, Any]]) -> str:
+    """The line under a results table naming the machine: the CPU and its AMX / AVX512-BF16 flags, the GPU
+    where a row ran on CUDA, and the peaks the MFU columns divide by."""
+    from hf_xfmr import machine
+
+    parts = [machine.cpu_summary()]
+    if any(row.get("device") == "cuda" for row in rows) and torch.cuda.is_available():
+        parts.append(f"GPU: {torch.cuda.get_device_name()}")
+    peaks = {}
+    for row in rows:
+        peak = row.get("peak") or {}
+        if peak.get("gflops"):
+            peaks[f"{peak.get('dtype', '?')} on {row.get('device', 'cpu')}"] = (peak["gflops"], peak.get("source"))
+    if peaks:
+        parts.append("peaks: " + ", ".join(f"{key} {gflops:,.0f} GFLOP/s ({source})"
+                                           for key, (gflops, source) in peaks.items()))
+    return "Machine: " + "; ".join(parts) + "."
 
 
 def environment() -> dict[str, Any]:
@@ -760,7 +865,11 @@ def to_json(rows: list[CaseResult | dict[str, Any]], path: str | os.PathLike, **
     threads = sorted({row["threads"] for row in rows if "threads" in row})
     if threads:
         env["threads"] = threads[0] if len(threads) == 1 else threads
-    payload = {"environment": env, **extra, "results": rows}
+    from hf_xfmr import machine
+
+    devices = {row.get("device", "cpu") for row in rows}
+    payload = {"environment": env, "machine": machine.machine_info("cuda" if "cuda" in devices else "cpu"), **extra,
+               "results": rows}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

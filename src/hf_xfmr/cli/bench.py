@@ -11,6 +11,7 @@ from .command import Command, CommandError
 
 COLLATORS = "collators"  # pseudo-case: the data collator benchmark (hf_xfmr.bench.collators)
 TRAINER = "trainer-vader"  # pseudo-case: one Trainer epoch on VADER, end to end (hf_xfmr.bench.trainer)
+SEQ2SEQ = "seq2seq-finetune"  # pseudo-case: Seq2SeqTrainer steps, T5 and BART (hf_xfmr.bench.seq2seq)
 
 
 @dataclass
@@ -22,11 +23,14 @@ class BenchArguments:
     list: bool = option("list the cases and suites, then exit", False, exclusive="which")
     tiny: bool = option("run the chosen cases at the tiny sizes of --suite quick", False)
     repeats: int | None = option("timed steps per side (default: 7, or 3 with tiny sizes); trainer-vader: epochs "
-                                 "per side (default: 1)", None, metavar="N")
+                                 "per side, seq2seq-finetune: runs per side (default: 1)", None, metavar="N")
     warmup: int = option("untimed steps per side before timing (default: 1)", 1, metavar="N")
     threads: int | None = option("torch threads (default: torch.get_num_threads(); 1 with tiny sizes)", None,
                                  metavar="N")
     no_memory: bool = option("skip the peak-memory measurements", False)
+    device: Literal["cpu", "cuda"] | None = option(
+        "run the model cases on this device (default: each case's own, the CPU); their MFU is measured against "
+        "the device's peak (a matmul probe, or HF_XFMR_PEAK_GFLOPS)", None)
     output: str | None = option("write models.json and models.md (and collators.*) into DIR", None, metavar="DIR")
 
     def __post_init__(self):
@@ -48,15 +52,17 @@ def _list_cases() -> None:
     print(f"{COLLATORS:<{width}}  data collator throughput, ours vs transformers' (hf_xfmr.bench.collators)")
     print(f"{TRAINER:<{width}}  one Trainer epoch on the VADER sentences, wall-clock and test accuracy "
           f"(hf_xfmr.bench.trainer)")
+    print(f"{SEQ2SEQ:<{width}}  Seq2SeqTrainer finetuning steps, T5 and BART, 16 rows of 32-512 source tokens "
+          f"(hf_xfmr.bench.seq2seq)")
     for suite, cases in bench.suites().items():
         print(f"suite {suite}: {', '.join(n for n, _ in cases)}, {COLLATORS}")
 
 
 def _selected_cases(options: BenchArguments) -> tuple[list[tuple[str, dict]], set[str], bool]:
-    """(cases with overrides, the pseudo-cases to run (COLLATORS, TRAINER), whether sizes are tiny)."""
+    """(cases with overrides, the pseudo-cases to run (COLLATORS, TRAINER, SEQ2SEQ), whether sizes are tiny)."""
     from hf_xfmr import bench
 
-    pseudo = (COLLATORS, TRAINER)
+    pseudo = (COLLATORS, TRAINER, SEQ2SEQ)
     if options.cases:
         names = [name for item in options.cases for name in item.split(",") if name]
         public = bench.public_cases()
@@ -65,10 +71,13 @@ def _selected_cases(options: BenchArguments) -> tuple[list[tuple[str, dict]], se
             known = ", ".join(public + list(pseudo))
             raise CommandError(f"unknown case(s) {', '.join(unknown)}; known: {known} (see --list)")
         overrides = {"tiny": True} if options.tiny else {}
+        overrides.update({"device": options.device} if options.device else {})
         return [(n, overrides) for n in names if n not in pseudo], set(names) & set(pseudo), options.tiny
     suite = options.suite or "all"
     tiny = options.tiny or suite == "quick"
-    cases = [(n, {"tiny": True} if tiny else {}) for n, _ in bench.suites()["all"]]
+    overrides = {"tiny": True} if tiny else {}
+    overrides.update({"device": options.device} if options.device else {})
+    cases = [(n, dict(overrides)) for n, _ in bench.suites()["all"]]
     return cases, {COLLATORS}, tiny
 
 
@@ -83,7 +92,14 @@ def _report(rows: list[dict[str, Any]], table: str, out: Path | None, name: str,
 
 
 def _pseudo_case(name: str, options: BenchArguments, threads: int, tiny: bool) -> tuple[list[dict], str]:
-    """The rows and table of a pseudo-case (COLLATORS or TRAINER)."""
+    """The rows and table of a pseudo-case (COLLATORS, TRAINER or SEQ2SEQ)."""
+    if name == SEQ2SEQ:
+        from hf_xfmr.bench import seq2seq
+
+        sizes = seq2seq.TINY_SIZES if tiny else seq2seq.SIZES
+        rows = [seq2seq.seq2seq_finetune_step(arch, **sizes, rounds=options.repeats or 1, num_threads=threads)
+                for arch in seq2seq.ARCHS]
+        return rows, seq2seq.markdown_table(rows)
     if name == TRAINER:
         from hf_xfmr.bench import trainer
 
@@ -110,6 +126,9 @@ def run(options: BenchArguments, args: argparse.Namespace) -> int:
     out = Path(options.output) if options.output else None
     if out is not None and out.exists() and not out.is_dir():
         raise CommandError(f"--output {out} is a file; pass a folder (created if missing)")
+    if options.device == "cuda" and not torch.cuda.is_available():
+        raise CommandError("--device cuda: no CUDA device is available here; run on a machine with a GPU or drop "
+                           "--device")
     cases, pseudo, tiny = _selected_cases(options)
     repeats = options.repeats or (3 if tiny else 7)
     # Tiny models gain nothing from threads, and a busy 2-core machine makes OpenMP barriers stall.
@@ -120,11 +139,15 @@ def run(options: BenchArguments, args: argparse.Namespace) -> int:
             case = bench.make_case(name, **overrides)
         except ValueError as err:
             raise CommandError(f"case {name}: {err}") from None
+        except TypeError as err:
+            if "device" not in overrides:
+                raise
+            raise CommandError(f"case {name} cannot be moved with --device: {err}") from None
         results.append(bench.measure_case(case, repeats=repeats, warmup=options.warmup, threads=threads,
                                           memory=not options.no_memory, progress=True))
     if results:
         _report(results, bench.to_markdown(results), out, "models", suite=options.suite, tiny=tiny)
-    for name, file_name in ((TRAINER, "trainer"), (COLLATORS, "collators")):
+    for name, file_name in ((TRAINER, "trainer"), (SEQ2SEQ, "seq2seq"), (COLLATORS, "collators")):
         if name in pseudo:
             _report(*_pseudo_case(name, options, threads, tiny), out, file_name)
     if out:

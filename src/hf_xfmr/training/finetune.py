@@ -970,6 +970,10 @@ def _training_arguments(args: FinetuneArguments, train_size: int, checkpoints: P
     # seq2seq: the Seq2SeqTrainingArguments of generation at evaluation
     arguments_class = seq2seq.training_arguments if seq2seq.is_seq2seq(args.task) else TrainingArguments
     resumable = args.keep_checkpoints or getattr(args, "resume", None) is not None  # optimizer state kept
+    if args.bf16 and (args.use_cpu or not torch.cuda.is_available()):
+        from ..machine import warn_if_bf16_slow
+
+        warn_if_bf16_slow("cpu")  # bf16 without AMX is usually slower than fp32: say so, with figures
     return arguments_class(
         output_dir=str(checkpoints), num_train_epochs=args.num_train_epochs, max_steps=args.max_steps,
         per_device_train_batch_size=args.per_device_train_batch_size,

@@ -646,6 +646,10 @@ class Pretrainer:
             args, find_unused_parameters=self.objective.unused_parameters, force_cpu=self.force_cpu)
         self.world, self.rank, self.is_main = accelerator.num_processes, accelerator.process_index, \
             accelerator.is_main_process
+        if args.mixed_precision == "bf16" and accelerator.device.type == "cpu" and self.is_main:
+            from ..machine import warn_if_bf16_slow
+
+            warn_if_bf16_slow("cpu")  # bf16 without AMX is usually slower than fp32: say so, with figures
         self.output_dir = output_dir = Path(args.output_dir)
         if output_dir.exists() and not output_dir.is_dir():
             raise ValueError(f"--output_dir {output_dir} is a file, not a folder: choose another path.")
