@@ -58,7 +58,7 @@ from .generation import (
     replayed_by_checkpointing,
 )
 from .heads import TaskHead
-from .input_checks import check_attention_mask, check_encoder_inputs, check_id_dtype, check_tensor
+from .input_checks import check_4d_mask, check_attention_mask, check_encoder_inputs, check_id_dtype, check_tensor
 from .losses import IGNORE_INDEX
 from .packing import packed_sequence_starts
 
@@ -154,6 +154,95 @@ class SharedInputEmbeddings:
 
     def set_input_embeddings(self, value):
         self.shared = value
+
+
+def check_padding_mask(name, mask, embeds, values=True):
+    """A 2-D padding mask: one 0/1 entry per token of `embeds` (B, T, C), or a ready-made (B, 1, T, T) one;
+    `values=False` checks the shape alone (a mask whose values the encoder has just checked)."""
+    check_attention_mask(name, mask if values else None)
+    if mask is not None and mask.dim() == 4:
+        check_4d_mask(mask, embeds.shape[0], embeds.shape[1], embeds.shape[1])
+    elif mask is not None and tuple(mask.shape) != tuple(embeds.shape[:2]):
+        raise ValueError(f"`{name}` has shape {tuple(mask.shape)} but the inputs have shape "
+                         f"{tuple(embeds.shape[:2])}; it must be 2-D with one 0/1 entry per token.")
+
+
+class SharedEmbeddingsEncoderDecoder(SharedInputEmbeddings):
+    """Mixin of a BART-style encoder-decoder backbone (BART, BigBird-Pegasus): encoder and decoder reading one
+    token table (`shared`, scaled by sqrt(d_model) with `scale_embedding`), the stacks `build_encoder(config)` and
+    `build_decoder(config)` return, and the forward that returns the decoder output; without decoder inputs the
+    decoder reads `input_ids` shifted right (the references' default). The family writes `run_encoder`."""
+
+    def build_encoder(self, config) -> nn.Module:
+        raise NotImplementedError
+
+    def build_decoder(self, config) -> nn.Module:
+        raise NotImplementedError
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.encoder = self.build_encoder(config)
+        self.decoder = self.build_decoder(config)
+        self.post_init()
+
+    def get_encoder(self, modality=None):
+        return EncoderEntry(self.run_encoder)
+
+    def embed(self, input_ids, inputs_embeds, max_positions=None, ids_name="input_ids"):
+        """(B, T) ids -> (B, T, C) scaled token embeddings (given embeddings are used as they are)."""
+        check_encoder_inputs(input_ids, inputs_embeds, None, None, None, vocab_size=self.config.vocab_size,
+                             type_vocab_size=None, max_positions=max_positions, ids_name=ids_name)
+        return self.shared(input_ids) * self.embed_scale if inputs_embeds is None else inputs_embeds
+
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
+                encoder_outputs=None, past_key_values=None, inputs_embeds=None, decoder_inputs_embeds=None,
+                use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None, cache=None,
+                position_ids=None, **packed):
+        """`past_key_values` (or `cache`): an `EncoderDecoderCache` from an earlier decoding step. Packed
+        sequences are refused (`refuse_packed_decoder`): `get_encoder()` takes them."""
+        config = self.config
+        refuse_packed_decoder(self, input_ids, inputs_embeds, attention_mask, position_ids, packed)
+        past_key_values = cache if cache is not None else past_key_values
+        output_attentions, output_hidden_states, return_dict = self.output_flags(
+            output_attentions, output_hidden_states, return_dict)
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            if input_ids is None:
+                raise ValueError(f"{type(self).__name__} needs `decoder_input_ids` (or `decoder_inputs_embeds`), or "
+                                 f"`input_ids` for the decoder to read shifted right.")
+            check_id_dtype("input_ids", input_ids)
+            decoder_input_ids = shift_tokens_right(input_ids, config.pad_token_id, config.decoder_start_token_id)
+        encoder_ran = encoder_outputs is None
+        if encoder_outputs is None:
+            encoder_outputs = self.run_encoder(input_ids, attention_mask, inputs_embeds, output_attentions,
+                                               output_hidden_states)
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        if use_cache is None:
+            use_cache = config.use_cache and not self.training
+        if replayed_by_checkpointing(self.decoder.layers):  # the replay would write a cache twice
+            use_cache, past_key_values = False, None
+        past_key_values = prepare_cache(past_key_values, use_cache, config, cross_attention=True)
+        embeds = self.embed(decoder_input_ids, decoder_inputs_embeds, ids_name="decoder_input_ids")  # (B, T, C)
+        encoder_hidden = encoder_outputs.last_hidden_state  # (B, S, C)
+        check_encoder_batch(encoder_hidden, embeds)
+        if attention_mask is not None:
+            check_padding_mask("attention_mask", attention_mask, encoder_hidden, values=not encoder_ran)
+        past_length = cached_length(past_key_values.self_attention_cache) if past_key_values is not None else 0
+        expected = (embeds.shape[0], past_length + embeds.shape[1])
+        check_attention_mask("decoder_attention_mask", decoder_attention_mask)
+        if decoder_attention_mask is not None and tuple(decoder_attention_mask.shape) != expected:
+            cached = f" ({past_length} cached + {embeds.shape[1]} new)" if past_length else ""
+            raise ValueError(f"`decoder_attention_mask` has shape {tuple(decoder_attention_mask.shape)} but must be "
+                             f"{expected}{cached}: 2-D, one 0/1 entry per decoder token (the causal part is added "
+                             f"by the model).")
+        decoder_outputs = self.decoder(
+            embeds, decoder_attention_mask, None, encoder_hidden, attention_mask, past_key_values=past_key_values,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+        )
+        return seq2seq_model_output(decoder_outputs, encoder_outputs, past_key_values if use_cache else None,
+                                    return_dict)
 
 
 class DecoderAloneModel(SharedInputEmbeddings):

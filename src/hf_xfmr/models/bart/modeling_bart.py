@@ -37,7 +37,6 @@ H heads, D head size (C / H), F ffn dim, V vocabulary, N real (unpadded) encoder
 """
 
 import copy
-import math
 
 import torch
 from torch import nn
@@ -52,25 +51,20 @@ from ...layers.masks import decoder_attention_mask, document_ids_from_starts, po
 from ...layers.mlp import get_activation
 from ...layers.padding import encoder_padding
 from ..causal_lm import CausalLMHead
-from ..generation import cached_length, prepare_cache, replayed_by_checkpointing
+from ..generation import cached_length
 from ..heads import QuestionAnsweringHead, SequenceClassificationHead
-from ..input_checks import check_4d_mask, check_attention_mask, check_encoder_inputs, check_id_dtype
+from ..input_checks import check_encoder_inputs
 from ..packing import packed_sequence_starts
 from ..pretrained import XfmrPreTrainedModel, collect
 from ..seq2seq import (
     DecoderAloneModel,
     DecoderInputsFromInputs,
-    EncoderEntry,
     EosClassifier,
     FinalLogitsBias,
     Seq2SeqAttention,
     Seq2SeqLMHead,
-    SharedInputEmbeddings,
-    check_encoder_batch,
+    SharedEmbeddingsEncoderDecoder,
     cross_attention_mask,
-    refuse_packed_decoder,
-    seq2seq_model_output,
-    shift_tokens_right,
 )
 from .configuration_bart import XfmrBartConfig
 
@@ -81,7 +75,7 @@ class XfmrBartAttention(Seq2SeqAttention):
     """Multi-head attention with biases: self-attention (a KV cache in the decoder) or cross-attention over
     the encoder output (its keys/values projected once per generation and kept in the cache)."""
 
-    def __init__(self, config, num_heads: int, layer_idx: int, is_cross_attention: bool = False):
+    def __init__(self, config, num_heads: int, layer_idx: int, is_cross_attention: bool = False, bias: bool = True):
         super().__init__()
         self.config = config
         self.layer_idx = layer_idx
@@ -90,10 +84,10 @@ class XfmrBartAttention(Seq2SeqAttention):
         self.head_dim = config.d_model // num_heads
         self.scaling = self.head_dim**-0.5
         self.dropout_p = config.attention_dropout
-        self.q_proj = nn.Linear(config.d_model, config.d_model)
-        self.k_proj = nn.Linear(config.d_model, config.d_model)
-        self.v_proj = nn.Linear(config.d_model, config.d_model)
-        self.o_proj = nn.Linear(config.d_model, config.d_model)
+        self.q_proj = nn.Linear(config.d_model, config.d_model, bias=bias)
+        self.k_proj = nn.Linear(config.d_model, config.d_model, bias=bias)
+        self.v_proj = nn.Linear(config.d_model, config.d_model, bias=bias)
+        self.o_proj = nn.Linear(config.d_model, config.d_model, bias=bias)
 
     def forward(self, hidden_states, attention_mask=None, is_causal=False, key_value_states=None,
                 past_key_values=None, output_attentions=False, varlen=None):
@@ -264,37 +258,15 @@ class XfmrBartPreTrainedModel(XfmrPreTrainedModel):
         normal_init_(module, self.config.init_std)
 
 
-def _check_mask(name, mask, embeds, values=True):
-    """A 2-D padding mask: one 0/1 entry per token of `embeds` (B, T, C), or a ready-made (B, 1, T, T) one;
-    `values=False` checks the shape alone (a mask whose values the encoder has just checked)."""
-    check_attention_mask(name, mask if values else None)
-    if mask is not None and mask.dim() == 4:
-        check_4d_mask(mask, embeds.shape[0], embeds.shape[1], embeds.shape[1])
-    elif mask is not None and tuple(mask.shape) != tuple(embeds.shape[:2]):
-        raise ValueError(f"`{name}` has shape {tuple(mask.shape)} but the inputs have shape "
-                         f"{tuple(embeds.shape[:2])}; it must be 2-D with one 0/1 entry per token.")
+class XfmrBartModel(SharedEmbeddingsEncoderDecoder, XfmrBartPreTrainedModel):
+    """Encoder and decoder sharing one embedding matrix (`BartModel`): `seq2seq.SharedEmbeddingsEncoderDecoder`
+    over two `XfmrBartStack`s; returns the decoder output."""
 
+    def build_encoder(self, config):
+        return XfmrBartStack(config, is_decoder=False)
 
-class XfmrBartModel(SharedInputEmbeddings, XfmrBartPreTrainedModel):
-    """Encoder and decoder sharing one embedding matrix (`BartModel`); returns the decoder output. Without
-    decoder inputs the decoder reads `input_ids` shifted right (the reference's denoising default)."""
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.encoder = XfmrBartStack(config, is_decoder=False)
-        self.decoder = XfmrBartStack(config, is_decoder=True)
-        self.post_init()
-
-    def get_encoder(self, modality=None):
-        return EncoderEntry(self.run_encoder)
-
-    def embed(self, input_ids, inputs_embeds, max_positions=None, ids_name="input_ids"):
-        """(B, T) ids -> (B, T, C) scaled token embeddings (given embeddings are used as they are)."""
-        check_encoder_inputs(input_ids, inputs_embeds, None, None, None, vocab_size=self.config.vocab_size,
-                             type_vocab_size=None, max_positions=max_positions, ids_name=ids_name)
-        return self.shared(input_ids) * self.embed_scale if inputs_embeds is None else inputs_embeds
+    def build_decoder(self, config):
+        return XfmrBartStack(config, is_decoder=True)
 
     def run_encoder(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
                     output_hidden_states=None, position_ids=None, **packed):
@@ -313,54 +285,6 @@ class XfmrBartModel(SharedInputEmbeddings, XfmrBartPreTrainedModel):
                                                        output_attentions=output_attentions,
                                                        output_hidden_states=output_hidden_states, starts=starts)
         return BaseModelOutput(last_hidden_state=hidden, hidden_states=all_hidden, attentions=all_attn)
-
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
-                encoder_outputs=None, past_key_values=None, inputs_embeds=None, decoder_inputs_embeds=None,
-                use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None, cache=None,
-                position_ids=None, **packed):
-        """`past_key_values` (or `cache`): an `EncoderDecoderCache` from an earlier decoding step. Packed
-        sequences are refused (`refuse_packed_decoder`): `get_encoder()` takes them."""
-        config = self.config
-        refuse_packed_decoder(self, input_ids, inputs_embeds, attention_mask, position_ids, packed)
-        past_key_values = cache if cache is not None else past_key_values
-        output_attentions, output_hidden_states, return_dict = self.output_flags(
-            output_attentions, output_hidden_states, return_dict)
-        if decoder_input_ids is None and decoder_inputs_embeds is None:
-            if input_ids is None:
-                raise ValueError("XfmrBartModel needs `decoder_input_ids` (or `decoder_inputs_embeds`), or `input_ids` "
-                                 "for the decoder to read shifted right.")
-            check_id_dtype("input_ids", input_ids)
-            decoder_input_ids = shift_tokens_right(input_ids, config.pad_token_id, config.decoder_start_token_id)
-        encoder_ran = encoder_outputs is None
-        if encoder_outputs is None:
-            encoder_outputs = self.run_encoder(input_ids, attention_mask, inputs_embeds, output_attentions,
-                                               output_hidden_states)
-        elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = BaseModelOutput(*encoder_outputs)
-        if use_cache is None:
-            use_cache = config.use_cache and not self.training
-        if replayed_by_checkpointing(self.decoder.layers):  # the replay would write a cache twice
-            use_cache, past_key_values = False, None
-        past_key_values = prepare_cache(past_key_values, use_cache, config, cross_attention=True)
-        embeds = self.embed(decoder_input_ids, decoder_inputs_embeds, ids_name="decoder_input_ids")  # (B, T, C)
-        encoder_hidden = encoder_outputs.last_hidden_state  # (B, S, C)
-        check_encoder_batch(encoder_hidden, embeds)
-        if attention_mask is not None:
-            _check_mask("attention_mask", attention_mask, encoder_hidden, values=not encoder_ran)
-        past_length = cached_length(past_key_values.self_attention_cache) if past_key_values is not None else 0
-        expected = (embeds.shape[0], past_length + embeds.shape[1])
-        check_attention_mask("decoder_attention_mask", decoder_attention_mask)
-        if decoder_attention_mask is not None and tuple(decoder_attention_mask.shape) != expected:
-            cached = f" ({past_length} cached + {embeds.shape[1]} new)" if past_length else ""
-            raise ValueError(f"`decoder_attention_mask` has shape {tuple(decoder_attention_mask.shape)} but must be "
-                             f"{expected}{cached}: 2-D, one 0/1 entry per decoder token (the causal part is added "
-                             f"by the model).")
-        decoder_outputs = self.decoder(
-            embeds, decoder_attention_mask, None, encoder_hidden, attention_mask, past_key_values=past_key_values,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-        )
-        return seq2seq_model_output(decoder_outputs, encoder_outputs, past_key_values if use_cache else None,
-                                    return_dict)
 
 
 class XfmrBartDecoderModel(DecoderAloneModel, XfmrBartPreTrainedModel):
