@@ -357,6 +357,26 @@ def _hf_conversion(model_type) -> Conversion | None:
     return next((c for c in conversions() if c.hf_model_type == model_type), None)
 
 
+# transformers' BART-style encoder-decoders store the shared embedding three times (`shared` and each stack's tied
+# `embed_tokens`) and their `...ForCausalLM` once, as `model.decoder.embed_tokens`; ours keep one `shared`.
+SHARED_EMBEDDING_ALIASES = {
+    f"{prefix}{stack}.embed_tokens.weight": f"{prefix}shared.weight"
+    for prefix in ("", "model.") for stack in ("encoder", "decoder")
+}
+
+
+class SharedEmbeddingsConversion(Conversion):
+    """The generic `Conversion` plus the layout of a BART-style `...ForCausalLM` (no encoder, no `model.shared`):
+    BART and BigBird-Pegasus (with `aliases=SHARED_EMBEDDING_ALIASES`)."""
+
+    def state_dict_to_transformers(self, state_dict: dict, task: str) -> dict:
+        out = super().state_dict_to_transformers(state_dict, task)
+        if task == "causal-lm":  # its only embedding is the decoder's
+            out.pop("model.shared.weight")
+            out.pop("model.encoder.embed_tokens.weight")
+        return out
+
+
 def _load_state(model: PreTrainedModel, state_dict: dict) -> None:
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
     if missing or unexpected:

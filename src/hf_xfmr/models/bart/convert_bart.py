@@ -9,7 +9,7 @@ and the norms after the sub-layer they follow (`self_attn_layer_norm`, `encoder_
 is `classification_head` (ours: `classifier`); `final_logits_bias` is a buffer on both sides.
 """
 
-from ..conversion import Conversion, task_classes
+from ..conversion import SHARED_EMBEDDING_ALIASES, SharedEmbeddingsConversion, task_classes
 from . import modeling_bart
 
 _LAYER = (
@@ -40,12 +40,6 @@ HEAD_RULES = (
     ("classifier.", "classification_head."),
     ("qa_outputs.", "qa_outputs."),
 )
-# The tied copies of the shared embedding in transformers' encoder-decoder models (and the one real copy of
-# BartForCausalLM, `model.decoder.embed_tokens`, which is ours `model.shared`).
-ALIASES = {
-    f"{prefix}{stack}.embed_tokens.weight": f"{prefix}shared.weight"
-    for prefix in ("", "model.") for stack in ("encoder", "decoder")
-}
 
 
 def check_hf_config(config) -> None:
@@ -55,24 +49,13 @@ def check_hf_config(config) -> None:
                              f"(the generation config may still list several).")
 
 
-class BartConversion(Conversion):
-    """The generic `Conversion` plus BartForCausalLM's layout (no encoder, no `model.shared`)."""
-
-    def state_dict_to_transformers(self, state_dict: dict, task: str) -> dict:
-        out = super().state_dict_to_transformers(state_dict, task)
-        if task == "causal-lm":  # its only embedding is the decoder's
-            out.pop("model.shared.weight")
-            out.pop("model.encoder.embed_tokens.weight")
-        return out
-
-
-CONVERSION = BartConversion(
+CONVERSION = SharedEmbeddingsConversion(
     hf_model_type="bart",
     tasks=task_classes(modeling_bart, ("base", "seq2seq-lm", "sequence-classification", "question-answering",
                                        "causal-lm"), ours="Bart"),
     hf_base_prefix="model",
     body_rules=BODY_RULES,
     head_rules=HEAD_RULES,
-    aliases=ALIASES,
+    aliases=SHARED_EMBEDDING_ALIASES,
     check_hf_config=check_hf_config,
 )

@@ -10,7 +10,7 @@ the norms are named after the sub-layer they precede (`self_attn_layer_norm`, `e
 classifier is `classification_head` (ours: `classifier`); `final_logits_bias` is a buffer on both sides.
 """
 
-from ..conversion import Conversion, task_classes
+from ..conversion import SHARED_EMBEDDING_ALIASES, SharedEmbeddingsConversion, task_classes
 from . import modeling_bigbird_pegasus
 
 _ENCODER_LAYER = (
@@ -49,12 +49,6 @@ HEAD_RULES = (
     ("classifier.", "classification_head."),
     ("qa_outputs.", "qa_outputs."),
 )
-# The tied copies of the shared embedding in transformers' encoder-decoder models (and the one real copy of
-# BigBirdPegasusForCausalLM, `model.decoder.embed_tokens`, which is ours `model.shared`).
-ALIASES = {
-    f"{prefix}{stack}.embed_tokens.weight": f"{prefix}shared.weight"
-    for prefix in ("", "model.") for stack in ("encoder", "decoder")
-}
 
 
 def check_hf_config(config) -> None:
@@ -63,24 +57,13 @@ def check_hf_config(config) -> None:
                          f"one (the generation config may still list several).")
 
 
-class BigBirdPegasusConversion(Conversion):
-    """The generic `Conversion` plus BigBirdPegasusForCausalLM's layout (no encoder, no `model.shared`)."""
-
-    def state_dict_to_transformers(self, state_dict: dict, task: str) -> dict:
-        out = super().state_dict_to_transformers(state_dict, task)
-        if task == "causal-lm":  # its only embedding is the decoder's
-            out.pop("model.shared.weight")
-            out.pop("model.encoder.embed_tokens.weight")
-        return out
-
-
-CONVERSION = BigBirdPegasusConversion(
+CONVERSION = SharedEmbeddingsConversion(
     hf_model_type="bigbird_pegasus",
     tasks=task_classes(modeling_bigbird_pegasus, ("base", "seq2seq-lm", "sequence-classification",
                                                   "question-answering", "causal-lm"), ours="BigBirdPegasus"),
     hf_base_prefix="model",
     body_rules=BODY_RULES,
     head_rules=HEAD_RULES,
-    aliases=ALIASES,
+    aliases=SHARED_EMBEDDING_ALIASES,
     check_hf_config=check_hf_config,
 )
