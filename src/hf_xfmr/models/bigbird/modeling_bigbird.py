@@ -53,9 +53,8 @@ from transformers.modeling_outputs import ModelOutput, QuestionAnsweringModelOut
 
 from ...layers.block_sparse import (
     block_sparse_attention,
-    fresh_random_block_pattern,
+    layer_random_blocks,
     log_full_attention_once,
-    random_block_pattern,
     uses_full_attention,
 )
 from ...layers.dropout import Dropout
@@ -139,13 +138,9 @@ class XfmrBigBirdAttention(EncoderSelfAttention):
     def random_blocks(self, seq_len: int, device) -> torch.Tensor:
         """(H, n-2, r) random key blocks of this layer for a sequence of `seq_len` tokens (see the config)."""
         config = self.config
-        if config.random_blocks == "fresh" and self.training:
-            return fresh_random_block_pattern(seq_len // config.block_size, config.num_random_blocks, self.num_heads,
-                                              device=device)
-        training = self.training or config.random_blocks == "fresh"  # fresh: the seeded pattern in eval
-        return random_block_pattern(seq_len, config.block_size, config.num_random_blocks, self.num_heads,
-                                    seed=self.layer_idx, training=training,
-                                    max_seq_len=config.max_position_embeddings, device=device)
+        return layer_random_blocks(seq_len, config.block_size, config.num_random_blocks, self.num_heads,
+                                   self.layer_idx, fresh=config.random_blocks == "fresh", training=self.training,
+                                   max_seq_len=config.max_position_embeddings, device=device)
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False, varlen=None):
         if not isinstance(attention_mask, BlockSparseLayout):

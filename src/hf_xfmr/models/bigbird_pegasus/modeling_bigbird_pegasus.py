@@ -54,9 +54,8 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from ...layers.block_sparse import (
     block_sparse_attention,
-    fresh_random_block_pattern,
+    layer_random_blocks,
     log_full_attention_once,
-    random_block_pattern,
     uses_full_attention,
 )
 from ...layers.dropout import Dropout
@@ -81,15 +80,6 @@ from ..seq2seq import (
     cross_attention_mask,
 )
 from .configuration_bigbird_pegasus import XfmrBigBirdPegasusConfig
-
-
-@torch.compiler.assume_constant_result
-def reference_random_blocks(padded_len: int, block_size: int, num_random_blocks: int, num_heads: int, seed: int,
-                            training: bool, max_seq_len: int) -> torch.Tensor:
-    """`layers.block_sparse.random_block_pattern` (H, L/b - 2, r): numpy draws it from its arguments alone, so
-    torch.compile takes it as a constant of the graph."""
-    return random_block_pattern(padded_len, block_size, num_random_blocks, num_heads, seed=seed, training=training,
-                                max_seq_len=max_seq_len)
 
 
 class BlockLayout(NamedTuple):
@@ -259,12 +249,9 @@ class XfmrBigBirdPegasusEncoder(nn.Module):
         pattern seeded with the layer index in training (the same every step) and zeros in eval; or fresh ones at
         every training forward and the seeded pattern in eval."""
         config = self.config
-        heads, blocks = config.encoder_attention_heads, padded_len // config.block_size
-        if config.random_blocks == "fresh" and self.training:
-            return fresh_random_block_pattern(blocks, config.num_random_blocks, heads)
-        training = self.training or config.random_blocks == "fresh"
-        return reference_random_blocks(padded_len, config.block_size, config.num_random_blocks, heads, layer_idx,
-                                       training, config.max_position_embeddings)
+        return layer_random_blocks(padded_len, config.block_size, config.num_random_blocks,
+                                   config.encoder_attention_heads, layer_idx, fresh=config.random_blocks == "fresh",
+                                   training=self.training, max_seq_len=config.max_position_embeddings)
 
     def run_layers(self, hidden_states, output_hidden_states, output_attentions, attention_mask=None, varlen=None,
                    layout=None):
