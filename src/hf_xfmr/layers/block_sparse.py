@@ -34,8 +34,8 @@ Public functions (also used by BigBird-Pegasus):
         reference repeats one pattern each step.
     layer_random_blocks(seq_len, block_size, num_random_blocks, num_heads, layer_idx, *, fresh, training,
                         max_seq_len, device=None) -> (H, n-2, r) int64
-        what a layer uses: the reference's pattern seeded with the layer index (a constant under torch.compile),
-        or fresh blocks in training when `fresh`.
+        what a layer uses: the reference's pattern seeded with the layer index, or fresh blocks in training
+        when `fresh`.
     uses_full_attention(seq_len, block_size, num_random_blocks) -> bool
         the reference's rule: sequences of at most (5 + 2 r) blocks run full attention.
     log_full_attention_once(seq_len, block_size, num_random_blocks)
@@ -191,14 +191,6 @@ def fresh_random_block_pattern(num_blocks: int, num_random_blocks: int, num_head
     return noise.topk(r, dim=-1).indices  # (*lead, n-2, r)
 
 
-@torch.compiler.assume_constant_result
-def _constant_reference_pattern(seq_len: int, block_size: int, r: int, num_heads: int, seed: int,
-                                max_seq_len: int | None) -> torch.Tensor:
-    """The reference's training pattern: numpy draws it from its arguments alone, so torch.compile takes it as a
-    constant of the graph (no break)."""
-    return random_block_pattern(seq_len, block_size, r, num_heads, seed=seed, training=True, max_seq_len=max_seq_len)
-
-
 def layer_random_blocks(seq_len: int, block_size: int, num_random_blocks: int, num_heads: int, layer_idx: int, *,
                         fresh: bool, training: bool, max_seq_len: int | None, device=None) -> torch.Tensor:
     """(H, n-2, r) random key blocks of layer `layer_idx` for `seq_len` tokens, as the models' `random_blocks`
@@ -206,10 +198,8 @@ def layer_random_blocks(seq_len: int, block_size: int, num_random_blocks: int, n
     zeros in eval), or `fresh`: new ones at every training call and the seeded pattern in eval."""
     if fresh and training:
         return fresh_random_block_pattern(seq_len // block_size, num_random_blocks, num_heads, device=device)
-    if not (training or fresh) or num_random_blocks == 0:
-        return random_block_pattern(seq_len, block_size, num_random_blocks, num_heads, training=False, device=device)
-    pattern = _constant_reference_pattern(seq_len, block_size, num_random_blocks, num_heads, layer_idx, max_seq_len)
-    return pattern.to(device)
+    return random_block_pattern(seq_len, block_size, num_random_blocks, num_heads, seed=layer_idx,
+                                training=training or fresh, max_seq_len=max_seq_len, device=device)
 
 
 def band_block_indices(random_blocks: torch.Tensor, num_blocks: int) -> torch.Tensor:
