@@ -24,8 +24,9 @@ from hf_xfmr.data.seq2seq import (
 )
 from hf_xfmr.hub.cards import finetune_card_fields
 from hf_xfmr.models import architectures, get_architecture
+from hf_xfmr.training import FinetuneArguments
 from hf_xfmr.training.finetune import finetune, load_adapter_model
-from hf_xfmr.training.finetune_seq2seq import REGISTRY_TASK, Seq2SeqFinetuneArguments, generation_scores
+from hf_xfmr.training.finetune_seq2seq import REGISTRY_TASK, generation_scores
 from hf_xfmr.training.finetune_tasks import FinetuneError
 
 from tests.cli_run import run_cli
@@ -78,13 +79,13 @@ def save_checkpoint(folder, arch: str, tokenizer, seed: int = 0):
     return folder
 
 
-def quick(tmp_path, checkpoint, **overrides) -> Seq2SeqFinetuneArguments:
+def quick(tmp_path, checkpoint, **overrides) -> FinetuneArguments:
     options = dict(model_name_or_path=str(checkpoint), task="seq2seq", dataset="unused",
                    output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none", disable_tqdm=True, max_steps=200, eval_steps=100, logging_steps=20,
                    per_device_train_batch_size=16, learning_rate=1e-2, warmup_steps=0, max_seq_length=32,
                    max_target_length=16, seed=0)
     options.update(overrides)
-    return Seq2SeqFinetuneArguments(**options)
+    return FinetuneArguments(**options)
 
 
 def generate_texts(model, tokenizer, sources, **settings) -> list[str]:
@@ -309,7 +310,7 @@ def test_every_encoder_decoder_of_the_registry_finetunes_from_scratch(arch, tmp_
     """--arch + --preset tiny, the tokenizer trained on the data: every architecture with a seq2seq-LM head runs
     the task (families added later included), with translation pairs."""
     rows = [{"translation": {"en": r["document"], "xx": r["summary"]}} for r in color_rows(48, 3)]
-    args = Seq2SeqFinetuneArguments(arch=arch, task="translation", source_lang="en", target_lang="xx",
+    args = FinetuneArguments(arch=arch, task="translation", source_lang="en", target_lang="xx",
                                     dataset="unused", output_dir=str(tmp_path / "out"), use_cpu=True,
                                     report_to="none", disable_tqdm=True, max_steps=2, eval_steps=2,
                                     per_device_train_batch_size=8, max_seq_length=32, max_target_length=8,
@@ -351,7 +352,7 @@ def test_a_missing_column_is_named(tokenizers, tmp_path):
 @pytest.mark.parametrize("arch", ["gpt", "bert"])
 def test_a_decoder_only_or_encoder_only_model_is_refused(arch, tmp_path):
     rows = datasets.Dataset.from_list(color_rows(20, 0))
-    args = Seq2SeqFinetuneArguments(arch=arch, task="seq2seq", dataset="unused", output_dir=str(tmp_path / "out"))
+    args = FinetuneArguments(arch=arch, task="seq2seq", dataset="unused", output_dir=str(tmp_path / "out"))
     with pytest.raises(FinetuneError, match="encoder-decoder with a seq2seq-LM head: .*t5"):
         finetune(args, dataset=rows)
 
@@ -359,11 +360,11 @@ def test_a_decoder_only_or_encoder_only_model_is_refused(arch, tmp_path):
 def test_seq2seq_options_are_checked():
     base = dict(arch="t5", dataset="x")
     with pytest.raises(FinetuneError, match="--source_prefix applies to --task seq2seq"):
-        Seq2SeqFinetuneArguments(source_prefix="summarize: ", **base)
+        FinetuneArguments(source_prefix="summarize: ", **base)
     with pytest.raises(FinetuneError, match="--num_beams must be >= 1"):
-        Seq2SeqFinetuneArguments(task="seq2seq", num_beams=0, **base)
+        FinetuneArguments(task="seq2seq", num_beams=0, **base)
     with pytest.raises(FinetuneError, match="--overwrite_output_dir would delete"):
-        Seq2SeqFinetuneArguments(task="seq2seq", resume="latest", overwrite_output_dir=True, **base)
+        FinetuneArguments(task="seq2seq", resume="latest", overwrite_output_dir=True, **base)
 
 
 def test_resume_without_a_resumable_checkpoint_says_why(tokenizers, tmp_path):

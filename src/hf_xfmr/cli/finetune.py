@@ -4,11 +4,11 @@ causal-LM / chat SFT or seq2seq generation (summarization, translation)."""
 import argparse
 import sys
 
-from ..training.finetune_seq2seq import Seq2SeqFinetuneArguments
+from ..training.arguments import FinetuneArguments
 from .command import PROG, Command, CommandError
 
 
-def run(options: Seq2SeqFinetuneArguments, args: argparse.Namespace) -> int:
+def run(options: FinetuneArguments, args: argparse.Namespace) -> int:
     from hf_xfmr.training.finetune import finetune
     from hf_xfmr.training.finetune_tasks import FinetuneError
     from hf_xfmr.training.pretrain import NonFiniteLossError
@@ -70,6 +70,6 @@ COMMAND = Command(
         "      --source_lang en --target_lang de --lora --merge\n"
         "  hf-xfmr finetune --config finetune.yaml --learning_rate 1e-4"
     ),
-    arguments=Seq2SeqFinetuneArguments,
+    arguments=FinetuneArguments,
     run=run,
 )

@@ -30,6 +30,7 @@ from .finetune_tasks import (
     FINETUNE_TASKS,
     LABEL_COLUMNS,
     QUESTION_ANSWERING,
+    SEQ2SEQ_TASKS,
     TAGS_COLUMNS,
     TEXT_COLUMNS,
     TOKENS_COLUMNS,
@@ -297,9 +298,12 @@ class FinetuneArguments(RunArguments):
         default=None)
     vocab_size: int = option("vocabulary size of a tokenizer trained for --arch", default=8000)
     # -- task and data -----------------------------------------------------------------------------
-    task: Literal["sequence-classification", "token-classification", "question-answering", "causal-lm"] = option(
+    task: Literal["sequence-classification", "token-classification", "question-answering", "causal-lm", "seq2seq",
+                  "summarization", "translation"] = option(
         "what to finetune for; causal-lm: supervised finetuning (SFT) of a decoder on 'messages' chats, "
-        "'prompt'/'completion' pairs or plain 'text'", default=CLASSIFICATION)
+        "'prompt'/'completion' pairs or plain 'text'; seq2seq: an encoder-decoder (T5, BART, ...) on source/target "
+        "texts, scored by ROUGE and BLEU of generated text (summarization and translation: the same, the best "
+        "checkpoint by rougeL / bleu)", default=CLASSIFICATION)
     dataset: str | None = option(
         "local data folder or file (csv/tsv/json/jsonl/parquet/txt, or a save_to_disk folder), a datasets Hub "
         "name (needs network or cache), or 'vader' / 'vader-3way' (built-in human-rated sentiment sentences)",
@@ -332,6 +336,18 @@ class FinetuneArguments(RunArguments):
     padding_free: bool = option(
         "causal-lm: flatten each batch into one row without padding (position_ids restarting per sequence, "
         "cu_seq_lens_*); the sequences stay apart, so the loss is the padded batch's", default=False)
+    source_column: str | None = option(
+        "seq2seq: the source text column, or with --source_lang the column of translation dicts (default: first of "
+        "document, article, source, text, ..., or 'translation')", default=None)
+    target_column: str | None = option("seq2seq: the target text column (default: first of summary, highlights, "
+                                       "target, ...)", default=None)
+    source_lang: str | None = option("translation: the language key to translate from, e.g. en", default=None)
+    target_lang: str | None = option("translation: the language key to translate to, e.g. de", default=None)
+    source_prefix: str = option("seq2seq: text put before every source, e.g. 'summarize: ' for T5", default="")
+    max_target_length: int = option("seq2seq: target tokens kept (longer targets are truncated)", default=128)
+    num_beams: int = option("seq2seq: beams of the generation run at each evaluation (1: greedy)", default=1)
+    max_new_tokens: int | None = option("seq2seq: tokens generated at most at each evaluation (default: "
+                                        "--max_target_length)", default=None)
     doc_stride: int = option("QA: tokens of overlap between windows of a long context", default=32)
     max_answer_length: int = option("QA: longest answer span predicted, in tokens", default=30)
     label_all_tokens: bool = option("tagging: give every sub-word piece its word's tag (default: the first only)",
@@ -383,6 +399,10 @@ class FinetuneArguments(RunArguments):
     keep_checkpoints: bool = option("keep the intermediate checkpoints in output_dir/checkpoints", default=False)
     push_to_hub: str | None = option("after training, export the final model and upload it to this Hub repo id "
                                     "(needs --merge with --lora)", default=None)
+    resume: str | None = option(
+        "continue an interrupted run from a checkpoint of --output_dir/checkpoints: its folder, or no value for the "
+        "latest (checkpoints hold the optimizer state with --keep_checkpoints)", default=None, nargs="?",
+        const="latest")
 
     def __post_init__(self):
         if (self.model_name_or_path is None) == (self.arch is None):
@@ -402,6 +422,7 @@ class FinetuneArguments(RunArguments):
         if self.push_to_hub and self.lora and not self.merge:
             raise FinetuneError("--push_to_hub uploads a complete model: with --lora also pass --merge.")
         self._check_sft_options()
+        self._check_seq2seq_options()
         for name in ("max_seq_length", "per_device_train_batch_size", "per_device_eval_batch_size",
                      "gradient_accumulation_steps", "lora_r", "vocab_size", "max_answer_length"):
             if getattr(self, name) < 1:
@@ -424,6 +445,24 @@ class FinetuneArguments(RunArguments):
             raise FinetuneError(f"--doc_stride ({self.doc_stride}) must be >= 0 and below half of --max_seq_length "
                                 f"({self.max_seq_length}) so that windows advance.")
 
+
+    def _check_seq2seq_options(self) -> None:
+        if self.task not in SEQ2SEQ_TASKS:
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            used = [name for name in ("source_column", "target_column", "source_lang", "target_lang", "source_prefix",
+                                 "max_target_length", "num_beams", "max_new_tokens")
+                    if getattr(self, name) != defaults[name]]
+            if used:
+                raise FinetuneError(f"--{used[0]} applies to --task seq2seq / summarization / translation, not to "
+                                    f"--task {self.task}.")
+        for name in ("max_target_length", "num_beams"):
+            if getattr(self, name) < 1:
+                raise FinetuneError(f"--{name} must be >= 1, got {getattr(self, name)}.")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise FinetuneError(f"--max_new_tokens must be >= 1 (or left unset), got {self.max_new_tokens}.")
+        if self.resume is not None and self.overwrite_output_dir:
+            raise FinetuneError("--resume continues the run in --output_dir; --overwrite_output_dir would delete its "
+                                "checkpoints: pass one of them.")
 
     def _check_sft_options(self) -> None:
         if self.load_in_4bit and not self.lora:

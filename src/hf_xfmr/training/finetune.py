@@ -1078,8 +1078,6 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
     """
     import transformers
 
-    if seq2seq.is_seq2seq(args.task):  # plain FinetuneArguments get the seq2seq options' defaults
-        args = seq2seq.seq2seq_arguments(args)
     if args.push_to_hub:  # a bad repo id is refused before training, not after it
         check_repo_id(args.push_to_hub, error=FinetuneError)
     if args.base_model is not None:

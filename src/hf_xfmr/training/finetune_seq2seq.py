@@ -21,97 +21,38 @@ LoRA targets the projections (`DEFAULT_LORA_TARGETS`) with PEFT's SEQ_2_SEQ_LM t
 one (tied to the embeddings in T5 v1.0 and BART) and stays frozen, as a causal LM's.
 
 `finetune.py` calls the functions here at each step of its run where the task differs; nothing here imports its
-private names. The options live in `Seq2SeqFinetuneArguments` (`FinetuneArguments` plus the seq2seq fields and
-`--resume`), the dataclass of `hf-xfmr finetune`.
+private names. The options are `FinetuneArguments` fields (`source_column` ... `max_new_tokens`).
 """
 
 import copy
-import dataclasses
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from ..options import option
 from .arguments import FinetuneArguments
-from .finetune_tasks import CLASSIFICATION, SEQ2SEQ, SEQ2SEQ_TASKS, SUMMARIZATION, TRANSLATION, FinetuneError
+from .finetune_tasks import SEQ2SEQ, SEQ2SEQ_TASKS, SUMMARIZATION, TRANSLATION, FinetuneError
 
 REGISTRY_TASK = "seq2seq-lm"  # the registry's name of the head every seq2seq task trains
 DEFAULT_METRIC = {SEQ2SEQ: "rougeL", SUMMARIZATION: "rougeL", TRANSLATION: "bleu"}
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
-SEQ2SEQ_OPTIONS = ("source_column", "target_column", "source_lang", "target_lang", "source_prefix")
 
 
 def is_seq2seq(task: str) -> bool:
     return task in SEQ2SEQ_TASKS
 
 
-@dataclass(kw_only=True)
-class Seq2SeqFinetuneArguments(FinetuneArguments):
-    """`FinetuneArguments` with the options of generation finetuning (and `--resume`, for every task)."""
-
-    task: Literal["sequence-classification", "token-classification", "question-answering", "causal-lm", "seq2seq",
-                  "summarization", "translation"] = option(
-        "what to finetune for; causal-lm: supervised finetuning (SFT) of a decoder on 'messages' chats, "
-        "'prompt'/'completion' pairs or plain 'text'; seq2seq: an encoder-decoder (T5, BART, ...) on source/target "
-        "texts, scored by ROUGE and BLEU of generated text (summarization and translation: the same, the best "
-        "checkpoint by rougeL / bleu)", default=CLASSIFICATION)
-    source_column: str | None = option(
-        "seq2seq: the source text column, or with --source_lang the column of translation dicts (default: first of "
-        "document, article, source, text, ..., or 'translation')", default=None)
-    target_column: str | None = option("seq2seq: the target text column (default: first of summary, highlights, "
-                                       "target, ...)", default=None)
-    source_lang: str | None = option("translation: the language key to translate from, e.g. en", default=None)
-    target_lang: str | None = option("translation: the language key to translate to, e.g. de", default=None)
-    source_prefix: str = option("seq2seq: text put before every source, e.g. 'summarize: ' for T5", default="")
-    max_target_length: int = option("seq2seq: target tokens kept (longer targets are truncated)", default=128)
-    num_beams: int = option("seq2seq: beams of the generation run at each evaluation (1: greedy)", default=1)
-    max_new_tokens: int | None = option("seq2seq: tokens generated at most at each evaluation (default: "
-                                        "--max_target_length)", default=None)
-    resume: str | None = option(
-        "continue an interrupted run from a checkpoint of --output_dir/checkpoints: its folder, or no value for the "
-        "latest (checkpoints hold the optimizer state with --keep_checkpoints)", default=None, nargs="?",
-        const="latest")
-
-    def __post_init__(self):
-        super().__post_init__()
-        if not is_seq2seq(self.task):
-            defaults = {f.name: f.default for f in dataclasses.fields(self)}
-            used = [name for name in (*SEQ2SEQ_OPTIONS, "max_target_length", "num_beams", "max_new_tokens")
-                    if getattr(self, name) != defaults[name]]
-            if used:
-                raise FinetuneError(f"--{used[0]} applies to --task seq2seq / summarization / translation, not to "
-                                    f"--task {self.task}.")
-        for name in ("max_target_length", "num_beams"):
-            if getattr(self, name) < 1:
-                raise FinetuneError(f"--{name} must be >= 1, got {getattr(self, name)}.")
-        if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            raise FinetuneError(f"--max_new_tokens must be >= 1 (or left unset), got {self.max_new_tokens}.")
-        if self.resume is not None and self.overwrite_output_dir:
-            raise FinetuneError("--resume continues the run in --output_dir; --overwrite_output_dir would delete its "
-                                "checkpoints: pass one of them.")
-
-
-def seq2seq_arguments(args: FinetuneArguments) -> Seq2SeqFinetuneArguments:
-    """`args` as `Seq2SeqFinetuneArguments` (plain `FinetuneArguments` get the seq2seq defaults)."""
-    if isinstance(args, Seq2SeqFinetuneArguments):
-        return args
-    return Seq2SeqFinetuneArguments(**{f.name: getattr(args, f.name) for f in dataclasses.fields(args)})
-
-
 # ---------------------------------------------------------------------------------------------
 # Data
 # ---------------------------------------------------------------------------------------------
 
-def find_columns(columns: list[str], args: Seq2SeqFinetuneArguments) -> dict:
+def find_columns(columns: list[str], args: FinetuneArguments) -> dict:
     """{"source": column, "target": column} (the same column for translation dicts)."""
     found = _columns(columns, args)
     return {"source": found.source, "target": found.target}
 
 
-def _columns(columns, args: Seq2SeqFinetuneArguments):
+def _columns(columns, args: FinetuneArguments):
     from ..data.seq2seq import Seq2SeqDataError, seq2seq_columns
 
     try:
@@ -121,7 +62,7 @@ def _columns(columns, args: Seq2SeqFinetuneArguments):
         raise FinetuneError(str(err)) from None
 
 
-def columns_of(found: dict, args: Seq2SeqFinetuneArguments):
+def columns_of(found: dict, args: FinetuneArguments):
     """The `data.seq2seq.Seq2SeqColumns` of the columns `find_columns` found."""
     from ..data.seq2seq import Seq2SeqColumns
 
@@ -130,7 +71,7 @@ def columns_of(found: dict, args: Seq2SeqFinetuneArguments):
                           args.target_lang if translation else None)
 
 
-def rows_without_text(split, args: Seq2SeqFinetuneArguments, split_name: str) -> list[int]:
+def rows_without_text(split, args: FinetuneArguments, split_name: str) -> list[int]:
     """Rows of `split` without a source or target text (skipped); a FinetuneError for values of the wrong kind."""
     from ..data.seq2seq import Seq2SeqDataError, rows_without_text as missing_rows
 
@@ -140,19 +81,19 @@ def rows_without_text(split, args: Seq2SeqFinetuneArguments, split_name: str) ->
         raise FinetuneError(str(err)) from None
 
 
-def sources_and_targets(data, split: str, args: Seq2SeqFinetuneArguments) -> tuple[list[str], list[str]]:
+def sources_and_targets(data, split: str, args: FinetuneArguments) -> tuple[list[str], list[str]]:
     raw = data.raw[split]
     columns = columns_of(data.columns, args)
     return columns.texts({columns.source: raw[columns.source], columns.target: raw[columns.target]})
 
 
-def training_texts(data, args: Seq2SeqFinetuneArguments) -> list[str]:
+def training_texts(data, args: FinetuneArguments) -> list[str]:
     """The texts a tokenizer trained from scratch learns from: every training source and target."""
     sources, targets = sources_and_targets(data, "train", args)
     return sources + targets
 
 
-def tokenize(data, tokenizer, args: Seq2SeqFinetuneArguments, max_length: int) -> None:
+def tokenize(data, tokenizer, args: FinetuneArguments, max_length: int) -> None:
     """`data.features[split]`: input_ids, attention_mask, labels of every split (`data.seq2seq.tokenize_seq2seq`)."""
     from ..data.seq2seq import tokenize_seq2seq
 
@@ -173,7 +114,7 @@ def collator(tokenizer):
     return DataCollatorForSeq2SeqFinetuning(tokenizer.pad_token_id)
 
 
-def check_model(model, args: Seq2SeqFinetuneArguments) -> None:
+def check_model(model, args: FinetuneArguments) -> None:
     """An encoder-decoder with a start token for its decoder: what generation finetuning needs."""
     config = model.config
     if not getattr(config, "is_encoder_decoder", False):
@@ -183,7 +124,7 @@ def check_model(model, args: Seq2SeqFinetuneArguments) -> None:
                             "first input: set it in the checkpoint's config.json (T5: the pad id; BART: the </s> id).")
 
 
-def model_class_error(err: Exception, args: Seq2SeqFinetuneArguments) -> FinetuneError:
+def model_class_error(err: Exception, args: FinetuneArguments) -> FinetuneError:
     """The error for an architecture without a seq2seq-LM head (a decoder-only or encoder-only model)."""
     from hf_xfmr.models.registry import architectures
 
@@ -196,7 +137,7 @@ def model_class_error(err: Exception, args: Seq2SeqFinetuneArguments) -> Finetun
 # Trainer
 # ---------------------------------------------------------------------------------------------
 
-def generation_kwargs(args: Seq2SeqFinetuneArguments) -> dict:
+def generation_kwargs(args: FinetuneArguments) -> dict:
     return {"max_new_tokens": args.max_new_tokens or args.max_target_length, "num_beams": args.num_beams}
 
 
@@ -207,7 +148,7 @@ def training_arguments(**kwargs):
     return Seq2SeqTrainingArguments(predict_with_generate=True, **kwargs)
 
 
-def trainer_class(args: Seq2SeqFinetuneArguments):
+def trainer_class(args: FinetuneArguments):
     """A `Seq2SeqTrainer` whose evaluations generate with --num_beams and --max_new_tokens: the model's generation
     config gets them, so the model also generates that way once saved."""
     from transformers import Seq2SeqTrainer
@@ -269,7 +210,7 @@ def generation_scores(predictions: list[str], references: list[str]) -> dict:
     return scores
 
 
-def compute_metrics(data, split: str, tokenizer, args: Seq2SeqFinetuneArguments):
+def compute_metrics(data, split: str, tokenizer, args: FinetuneArguments):
     """Trainer's `compute_metrics` for `split`: the generated ids decoded and scored against the split's targets
     (the raw texts, not the truncated labels), plus the mean generated length."""
     import numpy as np
@@ -288,7 +229,7 @@ def compute_metrics(data, split: str, tokenizer, args: Seq2SeqFinetuneArguments)
     return metrics
 
 
-def copy_baseline(data, args: Seq2SeqFinetuneArguments) -> dict:
+def copy_baseline(data, args: FinetuneArguments) -> dict:
     """`<split>_copy_<metric>` of the copy-the-first-words baseline on validation and test, and `copy_words` (k)."""
     from ..data.seq2seq import copy_first_words, mean_words
 
