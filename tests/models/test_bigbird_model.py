@@ -87,20 +87,36 @@ def test_fresh_random_blocks_change_every_training_step_and_follow_torch_seed():
     assert_close(model(**inputs).last_hidden_state, reference_train, atol=1e-6, rtol=1e-5)
 
 
-def test_unpadding_cuts_the_batch_to_its_longest_row_and_zeros_padding():
+def test_unpadding_runs_the_real_tokens_on_the_block_layout_of_the_longest_row_and_zeros_padding():
     model = tiny().eval()
     inputs = batch([101, 88, 75], 160)
-    seen = []
-    model.layers[0].register_forward_pre_hook(lambda m, args: seen.append(args[0].shape[1]))
+    seen = []  # (hidden states' shape, the block layout's (B, T'))
+    model.layers[0].register_forward_pre_hook(lambda m, args: seen.append((args[0].shape, args[1].keep.shape)))
     out = model(**inputs).last_hidden_state
-    assert seen == [104]  # 101 real columns, padded to a multiple of 8: not 160
+    # The real tokens only, in the layout of 101 columns padded to a multiple of 8: not 160.
+    assert seen == [((101 + 88 + 75, 32), (3, 104))]
     assert not out[inputs["attention_mask"] == 0].any()
     model.config.unpad_inputs = False
     cut = {name: value[:, :101] for name, value in inputs.items()}
     keep = cut["attention_mask"].bool()
     assert_close(out[:, :101][keep], model(**cut).last_hidden_state[keep], atol=1e-6, rtol=1e-5)
     model(**inputs)
-    assert seen[-1] == 160  # unpad_inputs=False: the batch as given
+    assert seen[-1] == ((3, 160, 32), (3, 160))  # unpad_inputs=False: the batch as given
+
+
+def test_unpadded_full_rows_run_without_a_mask():
+    """Rows that all end at the longest one: nothing to hide, so no mask and no gathers (the MLM case)."""
+    model = tiny().eval()
+    inputs = batch([104, 104], 120)
+    seen = []
+    model.layers[0].register_forward_pre_hook(lambda m, args: seen.append((args[0].shape, args[1])))
+    out = model(**inputs).last_hidden_state
+    (shape, layout), = seen
+    assert shape == (2, 104, 32) and layout.keep is None and layout.tokens is None
+    assert not out[:, 104:].any()
+    model.config.unpad_inputs = False
+    cut = {name: value[:, :104] for name, value in inputs.items()}
+    assert_close(out[:, :104], model(**cut).last_hidden_state, atol=1e-6, rtol=1e-5)
 
 
 def test_left_padding_runs_as_given():
@@ -108,9 +124,9 @@ def test_left_padding_runs_as_given():
     inputs = batch([100, 80], 100)
     inputs = {name: value.flip(-1) for name, value in inputs.items()}  # row 1 starts with padding
     seen = []
-    model.layers[0].register_forward_pre_hook(lambda m, args: seen.append(args[0].shape[1]))
+    model.layers[0].register_forward_pre_hook(lambda m, args: seen.append(args[0].shape))
     out = model(**inputs)
-    assert seen == [104] and out.last_hidden_state[1, :20].any()  # not cut, padding positions not zeroed
+    assert seen == [(2, 104, 32)] and out.last_hidden_state[1, :20].any()  # not cut, padding positions not zeroed
 
 
 @pytest.mark.parametrize("task_class", [XfmrBigBirdForMaskedLM, XfmrBigBirdForQuestionAnswering])

@@ -154,6 +154,36 @@ def test_block_sparse_parity(task, training, unpad):
     assert ref.config.attention_type == "block_sparse"  # the reference did not fall back to full attention
 
 
+def ragged_inputs(task, lengths, width, seed=0):
+    """Right-padded rows of `lengths` real tokens in `width` columns, [CLS] (2) first, a [SEP] ending a 6-token
+    question, token type 1 after it; the task's labels."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, 99, (len(lengths), width), generator=g)
+    ids[:, 0], ids[:, 5] = 2, SEP
+    mask = (torch.arange(width)[None] < torch.tensor(lengths)[:, None]).long()
+    types = torch.zeros_like(ids)
+    types[:, 6:] = 1
+    inputs = dict(input_ids=ids.masked_fill(mask == 0, 0), attention_mask=mask, token_type_ids=types * mask)
+    inputs = with_task_labels(inputs, task, seed + 1)
+    if task == "question-answering":
+        inputs["start_positions"] = torch.tensor([7, 9, 0, 20])
+        inputs["end_positions"] = torch.tensor([12, 9, 500, 30])  # the third is out of range, so ignored
+    return inputs
+
+
+@pytest.mark.parametrize("unpad", [True, False], ids=["unpadded", "padded"])
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("task", ["sequence-classification", "masked-lm", "question-answering"])
+def test_block_sparse_parity_on_rows_of_very_different_lengths(task, training, unpad):
+    """One full row (200 tokens, 26 blocks once padded to a multiple of 8), one ending in the second half, two in
+    the first half (one inside a block): unpadded, only the real tokens run the projections and feed-forward
+    blocks, and only the query blocks holding a real token are computed (not the last, global, block of the short
+    rows)."""
+    ref, ours = build_pair(task)
+    check_parity(ref, ours, task, ragged_inputs(task, (200, 131, 90, 77), 200), unpad=unpad, training=training)
+    assert ref.config.attention_type == "block_sparse"
+
+
 @pytest.mark.parametrize("longest,width", [(96, 96), (97, 99)])
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("task", ["masked-lm", "question-answering"])

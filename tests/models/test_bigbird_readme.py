@@ -30,6 +30,7 @@ def test_bigbird_unpadding_snippet():
     namespace = run_checking_comments(swapped)
     assert namespace["out"].logits.shape == (2, 2)
     model, seen = namespace["model"], []
-    model.model.layers[0].register_forward_pre_hook(lambda m, args: seen.append(args[0].shape[1]))
+    model.model.layers[0].register_forward_pre_hook(
+        lambda m, args: seen.append((tuple(args[0].shape), tuple(args[1].keep.shape))))
     model(input_ids=namespace["ids"], attention_mask=namespace["mask"])
-    assert seen == [304]  # cut to the longest row (300), padded to a multiple of the block size (8)
+    assert seen == [((500, 32), (2, 304))]  # the 300 + 200 real tokens, in the block layout of 300 padded to 304

@@ -5,22 +5,28 @@ global: they attend to every key. Every other query block i attends to 5 + r key
 
     [0 (global), i-1, i, i+1 (sliding window), rand_1 .. rand_r, n-1 (global)]
 
-The kernel gathers, with one index tensor, the 5 + r key and value blocks of every middle query block, then runs
-one batched matmul for the scores (B, H, n-2, b, (5+r) b), a masked softmax, and one batched matmul for the
-context. Cost O(T (7 + r) b) per head, never an L x L matrix. Row 1's left window block is block 0 and row n-2's
-right window block is block n-1, which are also their global blocks: those duplicate slots are masked, so rows 1
-and n-2 see 4 + r distinct blocks, as in the reference. Random blocks that repeat a window or global block (the
-reference's eval pattern: all zeros) are kept, and counted twice in the softmax, as the reference does.
+The kernel gathers, with one index tensor, the 5 + r key and value blocks of every middle query block (in the
+(B, T, H, D) layout the projections give), then runs torch's fused attention (`scaled_dot_product_attention`) of
+each query block over its (5 + r) b gathered keys with a boolean mask: no (.., b, (5+r) b) scores are kept for the
+backward. The two global query blocks attend to all T keys in one more call. Cost O(T (7 + r) b) per head, never an
+L x L matrix. Row 1's left window block is block 0 and row n-2's right window block is block n-1, which are also
+their global blocks: those duplicate slots are masked, so rows 1 and n-2 see 4 + r distinct blocks, as in the
+reference. Random blocks that repeat a window or global block (the reference's eval pattern: all zeros) are kept,
+and counted twice in the softmax, as the reference does. On a padded batch, `skip_padding_blocks` computes only the
+(row, query block) pairs that hold a real token (the last, global, block of a short row is all padding): their
+outputs are the only ones kept, so the result is the same for less work.
 
 Public functions (also used by BigBird-Pegasus):
 
     block_sparse_attention(query, key, value, key_padding_mask, block_size, random_blocks, scaling=None,
-                           dropout=0.0) -> out (B, T, H, D)
-        query/key/value (B, H, T, D) with T a multiple of block_size and T / block_size >= 5;
-        key_padding_mask (B, T) bool/0-1 (True = real token) or None; random_blocks (H, n-2, r) or
-        (B, H, n-2, r) int64 key-block ids for query blocks 1..n-2 (from random_block_pattern or
-        fresh_random_block_pattern). Outputs at padding query positions are zeros (the reference's
-        `from_mask`). `dropout` drops attention probabilities (the reference's sparse path has none: pass 0).
+                           dropout=0.0, skip_padding_blocks=False) -> out (B, T, H, D)
+        query/key/value (B, H, T, D) with T a multiple of block_size and T / block_size >= 5 (fastest as
+        transposes of (B, T, H, D) tensors); key_padding_mask (B, T) bool/0-1 (True = real token) or None;
+        random_blocks (H, n-2, r) or (B, H, n-2, r) int64 key-block ids for query blocks 1..n-2 (from
+        random_block_pattern or fresh_random_block_pattern). Outputs at padding query positions are zeros (the
+        reference's `from_mask`). `dropout` drops attention probabilities (the reference's sparse path has none:
+        pass 0). `skip_padding_blocks`: skip the query blocks without a real token (same outputs; one host read,
+        so not under torch.compile).
     random_block_pattern(seq_len, block_size, num_random_blocks, num_heads, *, seed, training, max_seq_len)
         -> (H, n-2, r) int64: the reference's pattern. Training: numpy's legacy generator seeded with `seed`
         (the reference seeds it with the layer index on every forward, so the pattern is the same each step).
@@ -41,9 +47,10 @@ Public functions (also used by BigBird-Pegasus):
     log_full_attention_once(seq_len, block_size, num_random_blocks)
         logs (once per process and block layout) that a short input took the full-attention path.
 
-Deviations: the reference pads with an additive -10000 and this kernel masks with the dtype's minimum (equal
-outputs whenever a row sees a real key, which every real query does); the reference decides full attention for
-good (`set_attention_type`) after one short input, callers of `uses_full_attention` decide per forward.
+Deviations: the reference pads with an additive -10000 and this kernel masks keys out (equal outputs whenever a
+row sees a real key, which every real query does; its outputs at padding queries are zeros either way); the
+reference decides full attention for good (`set_attention_type`) after one short input, callers of
+`uses_full_attention` decide per forward.
 Under torch.compile the reference's training pattern (numpy) is built outside the graph: one graph break per
 call; the eval pattern, the fresh pattern and the kernel itself compile without breaks.
 """
@@ -53,6 +60,7 @@ import logging
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 logger = logging.getLogger(__name__)
 
@@ -211,73 +219,87 @@ def band_block_indices(random_blocks: torch.Tensor, num_blocks: int) -> torch.Te
     return torch.cat([window.expand(*lead, -1, -1), random_blocks, last.expand(*lead, -1, -1)], dim=-1)
 
 
-def _duplicate_slots(num_blocks: int, num_slots: int, device) -> torch.Tensor:
-    """(n-2, 5 + r) bool, True where a slot repeats a global block inside the window (rows 1 and n-2)."""
-    dup = torch.zeros(num_blocks - 2, num_slots, dtype=torch.bool, device=device)
-    dup[0, 1] = True  # row 1: left window block is block 0, already the first global slot
-    dup[-1, -1] = True  # row n-2: right window block is block n-1, already in the window
-    return dup
+def _gather_band(x: torch.Tensor, rows: torch.Tensor, index: torch.Tensor, block_size: int) -> torch.Tensor:
+    """x (B, T, H, D), rows (P,) and index (P, H, S) key-block ids -> (P, S b, H, D): for pair p and head h, the
+    blocks index[p, h] of batch row rows[p]. One index_select of (D,) rows, in the layout the fused attention
+    kernel keeps its gradients in (so its backward copies nothing)."""
+    batch, seq_len, heads, dim = x.shape
+    num_blocks = seq_len // block_size
+    start = (rows[:, None, None] * num_blocks + index).permute(0, 2, 1) * block_size  # (P, S, H) first tokens
+    offsets = torch.arange(block_size, device=index.device)[None, None, :, None]  # (1, 1, b, 1)
+    ids = (start[:, :, None, :] + offsets) * heads + torch.arange(heads, device=index.device)  # (P, S, b, H)
+    picked = x.reshape(batch * seq_len * heads, dim).index_select(0, ids.flatten())  # (P S b H, D)
+    return picked.view(index.shape[0], index.shape[2] * block_size, heads, dim)
 
 
-def _gather_blocks(blocks: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """blocks (B, H, n, ...) and index (H, R, S) or (B, H, R, S) -> (B, H, R, S, ...), one index_select."""
-    batch, heads, num_blocks = blocks.shape[:3]
-    index = index.expand(batch, *index.shape[-3:]) if index.dim() == 3 else index  # (B, H, R, S)
-    offsets = torch.arange(batch * heads, device=index.device).view(batch, heads, 1, 1) * num_blocks
-    flat = blocks.reshape(batch * heads * num_blocks, *blocks.shape[3:])  # (B H n, ...)
-    picked = flat.index_select(0, (index + offsets).flatten())  # (B H R S, ...)
-    return picked.view(*index.shape, *blocks.shape[3:])
+def _attend(query, key, value, mask, scaling, dropout):
+    """Softmax attention of (..., Q, D) queries over (..., K, D) keys, `mask` (bool, True = attend, broadcast to
+    (..., Q, K)) or None: torch's fused kernel (no (..., Q, K) scores kept for the backward)."""
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling)
 
 
-def _global_rows(query, key, value, keep, block_size, dropout):
-    """Query blocks 0 and n-1 attend to every key: (B, H, 2 b, D)."""
-    q_global = torch.cat([query[:, :, :block_size], query[:, :, -block_size:]], dim=2)  # (B, H, 2b, D)
-    scores = torch.matmul(q_global, key.transpose(-1, -2))  # (B, H, 2b, T), queries already scaled
-    if keep is not None:
-        scores = scores.masked_fill_(~keep[:, None, None, :], torch.finfo(scores.dtype).min)
-    probs = scores.softmax(dim=-1)
-    if dropout > 0.0:
-        probs = torch.nn.functional.dropout(probs, p=dropout)
-    return torch.matmul(probs, value)  # (B, H, 2b, D)
+def _global_rows(query, key, value, keep, block_size, scaling, dropout, last_rows):
+    """Query blocks 0 (of every row) and n-1 (of rows `last_rows` (L,), None: every row) attend to every key:
+    (B, H, b, D) and (L, H, b, D)."""
+    mask = None if keep is None else keep[:, None, None, :]  # (B, 1, 1, T)
+    first, last = query[:, :, :block_size], query[:, :, -block_size:]  # (B, H, b, D) each
+    if last_rows is None:  # one call for both
+        out = _attend(torch.cat([first, last], dim=2), key, value, mask, scaling, dropout)  # (B, H, 2b, D)
+        return out[:, :, :block_size], out[:, :, block_size:]
+    first = _attend(first, key, value, mask, scaling, dropout)
+    mask = None if mask is None else mask[last_rows]
+    return first, _attend(last[last_rows], key[last_rows], value[last_rows], mask, scaling, dropout)
 
 
-def _band_rows(query, key, value, keep, block_size, random_blocks, dropout):
-    """Query blocks 1..n-2 attend to their 5 + r gathered key blocks: (B, H, n-2, b, D)."""
-    batch, heads, seq_len, dim = query.shape
+def _band_rows(query, key, value, keep, block_size, random_blocks, scaling, dropout, rows, blocks):
+    """Middle query blocks `blocks` (P,) (each in 1..n-2) of batch rows `rows` (P,) attend to their 5 + r
+    gathered key blocks. query/key/value (B, T, H, D) -> (P, b, H, D)."""
+    batch, seq_len, heads, dim = query.shape
     num_blocks = seq_len // block_size
     index = band_block_indices(random_blocks, num_blocks)  # (H, n-2, S) or (B, H, n-2, S), S = 5 + r
-    slots = index.shape[-1]
-    k_band = _gather_blocks(key.view(batch, heads, num_blocks, block_size, dim), index)  # (B, H, n-2, S, b, D)
-    v_band = _gather_blocks(value.view(batch, heads, num_blocks, block_size, dim), index)
-    k_band = k_band.view(batch, heads, num_blocks - 2, slots * block_size, dim)  # (B, H, n-2, S b, D)
-    v_band = v_band.view(batch, heads, num_blocks - 2, slots * block_size, dim)
-    q_band = query[:, :, block_size:-block_size].reshape(batch, heads, num_blocks - 2, block_size, dim)
-    scores = torch.matmul(q_band, k_band.transpose(-1, -2))  # (B, H, n-2, b, S b), queries already scaled
-    lowest = torch.finfo(scores.dtype).min
-    if keep is None:  # only the duplicate slots to hide: two slices, no pass over every score
-        scores[:, :, 0, :, block_size:2 * block_size] = lowest  # row 1's second slot (block 0 again)
-        scores[:, :, -1, :, -block_size:] = lowest  # row n-2's last slot (block n-1 again)
-    else:  # and the padding keys of the gathered blocks: (B, H|1, n-2, S, b)
-        keep_blocks = keep.view(batch, 1, num_blocks, block_size)
-        if index.dim() == 3:
-            keep_band = keep_blocks[:, :, index.flatten()].view(batch, heads, num_blocks - 2, slots, block_size)
-        else:
-            keep_band = _gather_blocks(keep_blocks.expand(batch, heads, -1, -1), index)
-        hidden = _duplicate_slots(num_blocks, slots, query.device)[:, :, None] | ~keep_band  # (B, H|1, n-2, S, b)
-        hidden = hidden.reshape(*hidden.shape[:-3], num_blocks - 2, 1, slots * block_size)  # (..., n-2, 1, S b)
-        scores = scores.masked_fill_(hidden, lowest)
-    probs = scores.softmax(dim=-1)
-    if dropout > 0.0:
-        probs = torch.nn.functional.dropout(probs, p=dropout)
-    return torch.matmul(probs, v_band)  # (B, H, n-2, b, D)
+    if index.dim() == 3:
+        index = index[:, blocks - 1].transpose(0, 1)  # (P, H, S)
+    else:
+        index = index[rows, :, blocks - 1]  # (P, H, S)
+    pairs, slots = blocks.shape[0], index.shape[-1]
+    q_band = query.reshape(batch * num_blocks, block_size, heads, dim).index_select(0, rows * num_blocks + blocks)
+    k_band = _gather_band(key, rows, index, block_size)  # (P, S b, H, D)
+    v_band = _gather_band(value, rows, index, block_size)
+    # Hidden slots: the duplicate globals of rows 1 (its left window block is block 0) and n-2 (its right one is
+    # block n-1), and the padding keys of the gathered blocks.
+    visible = torch.ones(pairs, 1, slots, block_size, dtype=torch.bool, device=query.device)  # (P, 1, S, b)
+    visible[:, 0, 1] = (blocks != 1)[:, None]
+    visible[:, 0, -1] = (blocks != num_blocks - 2)[:, None]
+    if keep is not None:
+        keep_blocks = keep.reshape(-1, block_size)  # (B n, b)
+        keep_band = keep_blocks[(rows[:, None, None] * num_blocks + index)]  # (P, H, S, b)
+        visible = visible & keep_band
+    mask = visible.reshape(pairs, visible.shape[1], 1, -1)  # (P, H|1, 1, S b)
+    out = _attend(q_band.transpose(1, 2), k_band.transpose(1, 2), v_band.transpose(1, 2), mask, scaling, dropout)
+    return out.transpose(1, 2)  # (P, b, H, D)
+
+
+def _query_pairs(keep, batch: int, num_blocks: int, block_size: int, skip_padding_blocks: bool, device):
+    """The middle query blocks to compute, as (rows (P,), blocks (P,)) in row-major order, and the rows whose
+    last block is computed (None: every row). Skipping: only blocks holding a real token (one host read)."""
+    if not skip_padding_blocks or keep is None:
+        rows = torch.arange(batch, device=device).repeat_interleave(num_blocks - 2)  # (B (n-2),)
+        blocks = torch.arange(1, num_blocks - 1, device=device).repeat(batch)
+        return rows, blocks, None
+    real = keep.view(batch, num_blocks, block_size).any(dim=-1)  # (B, n)
+    rows, blocks = real[:, 1:-1].nonzero().unbind(-1)  # (P,) each
+    return rows, blocks + 1, real[:, -1].nonzero().flatten()
 
 
 def block_sparse_attention(query, key, value, key_padding_mask, block_size: int, random_blocks: torch.Tensor,
-                           scaling: float | None = None, dropout: float = 0.0) -> torch.Tensor:
+                           scaling: float | None = None, dropout: float = 0.0,
+                           skip_padding_blocks: bool = False) -> torch.Tensor:
     """BigBird ITC attention of (B, H, T, D) inputs -> (B, T, H, D) (the layout of the other kernels).
 
     key_padding_mask: (B, T), True/1 = real token, or None. random_blocks: (H, n-2, r) or (B, H, n-2, r).
     Outputs at padding query positions are zeros. `dropout` > 0 drops attention probabilities.
+    skip_padding_blocks: do not compute the query blocks that hold no real token (their outputs are zeros
+    anyway): the same outputs for less work on a padded batch, at the cost of a host read (not for torch.compile).
     """
     batch, heads, seq_len, dim = query.shape
     if seq_len % block_size:
@@ -291,11 +313,21 @@ def block_sparse_attention(query, key, value, key_padding_mask, block_size: int,
                          f"got {tuple(random_blocks.shape)}.")
     scaling = dim ** -0.5 if scaling is None else scaling
     keep = None if key_padding_mask is None else key_padding_mask.bool()
-    query = query * scaling  # scaled once here: (5 + r) b / D times fewer products than scaling the scores
-    first_last = _global_rows(query, key, value, keep, block_size, dropout)  # (B, H, 2b, D)
-    band = _band_rows(query, key, value, keep, block_size, random_blocks.long(), dropout)
-    band = band.reshape(batch, heads, seq_len - 2 * block_size, dim)  # (B, H, (n-2) b, D)
-    out = torch.cat([first_last[:, :, :block_size], band, first_last[:, :, block_size:]], dim=2)  # (B, H, T, D)
+    rows, blocks, last_rows = _query_pairs(keep, batch, num_blocks, block_size, skip_padding_blocks, query.device)
+    first, last = _global_rows(query, key, value, keep, block_size, scaling, dropout, last_rows)  # (B|L, H, b, D)
+    first, last = first.transpose(1, 2), last.transpose(1, 2)  # (B|L, b, H, D)
+    # The band in the (B, T, H, D) layout (free when the inputs are transposes of it, as the projections give).
+    query, key, value = (x.transpose(1, 2) for x in (query, key, value))  # (B, T, H, D)
+    band = _band_rows(query, key, value, keep, block_size, random_blocks.long(), scaling, dropout, rows, blocks)
+    if last_rows is None:  # every block computed: (B, n, b, H, D) in order
+        band = band.reshape(batch, num_blocks - 2, block_size, heads, dim)
+        out = torch.cat([first[:, None], band, last[:, None]], dim=1).view(batch, seq_len, heads, dim)  # (B, T, H, D)
+    else:  # the computed blocks into a zero (B n, b, H, D) grid
+        row_ids = torch.arange(batch, device=query.device)
+        places = torch.cat([row_ids * num_blocks, rows * num_blocks + blocks, last_rows * num_blocks + num_blocks - 1])
+        computed = torch.cat([first, band, last])  # (B + P + L, b, H, D)
+        out = query.new_zeros(batch * num_blocks, block_size, heads, dim).index_copy(0, places, computed)
+        out = out.view(batch, seq_len, heads, dim)  # (B, T, H, D)
     if keep is not None:
-        out = out * keep[:, None, :, None].to(out.dtype)  # padding queries: zeros, as the reference's from_mask
-    return out.transpose(1, 2)  # (B, T, H, D)
+        out = out * keep[:, :, None, None].to(out.dtype)  # padding queries: zeros, as the reference's from_mask
+    return out

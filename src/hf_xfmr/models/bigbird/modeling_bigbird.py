@@ -19,7 +19,10 @@ Block layout, lengths and padding (block-sparse mode):
 - a length that is not a multiple of `block_size` is padded inside the model (padding tokens, masked) and the
   outputs are cut back, so any length works;
 - unpadding (`config.unpad_inputs`, on by default): a right-padded batch is cut to its longest row before it is
-  padded to the block size, so a batch padded to 4096 whose rows end by 2500 costs what 2560 tokens cost. The
+  padded to the block size (T'), and the layers run on its N real tokens only: the projections, LayerNorms,
+  residuals and feed-forward blocks on (N, C) (gathered once), attention on the (B, T', ...) block layout the
+  pattern needs (keys and values scattered to it, padding keys masked), computing only the query blocks that hold
+  a real token (`skip_padding_blocks`). So a batch padded to 4096 costs about what its real tokens cost. The
   sparse layout depends on the length (the last block is global; the random blocks are drawn for it), so the
   outputs equal the reference's on the batch as `padding="longest"` makes it, not on a longer padding of it
   (where the reference's own outputs at real tokens change with the amount of padding). Hidden states at
@@ -39,7 +42,7 @@ Deliberate deviations from the reference:
 - numpy's global generator is not reseeded (the reference calls `np.random.seed` on every training forward).
 There is no `ForCausalLM`: BigBird as a decoder needs full attention and cross-attention, a BERT decoder.
 
-Shapes: B batch, T sequence length, T' the length run (trimmed and padded to a multiple of the block size),
+Shapes: B batch, T sequence length, T' the length run (cut and padded to a multiple of the block size),
 C hidden size, H heads, D head size (C / H), V vocabulary size, K number of choices, N number of real
 (unpadded) tokens or of labelled (masked) positions, n = T' / block_size blocks.
 """
@@ -120,9 +123,24 @@ class XfmrBigBirdEmbeddings(nn.Module):
 class BlockSparseLayout(NamedTuple):
     """What the layers of a block-sparse forward receive in place of an attention mask.
 
-    keep: (B, T') bool, True at real tokens, or None when every token is real."""
+    keep: (B, T') bool, True at real tokens, or None when every token is real.
+    tokens: (N,) places of the real tokens in the flattened (B T') block layout when the layers run on the real
+        tokens only ((N, C) hidden states, scattered to the block layout around attention); None: (B, T', C)."""
 
     keep: torch.Tensor | None
+    tokens: torch.Tensor | None = None
+
+    def to_blocks(self, x):
+        """(N, ...) real tokens -> (B, T', ...), zeros at padding; (B, T', ...) as it is."""
+        if self.tokens is None:
+            return x
+        batch, length = self.keep.shape
+        grid = x.new_zeros(batch * length, *x.shape[1:]).index_copy(0, self.tokens, x)  # (B T', ...)
+        return grid.view(batch, length, *x.shape[1:])
+
+    def from_blocks(self, x):
+        """(B, T', ...) -> the layers' layout: (N, ...) real tokens, or (B, T', ...) as it is."""
+        return x if self.tokens is None else x.flatten(0, 1).index_select(0, self.tokens)
 
 
 class XfmrBigBirdAttention(EncoderSelfAttention):
@@ -145,13 +163,16 @@ class XfmrBigBirdAttention(EncoderSelfAttention):
     def forward(self, hidden_states, attention_mask=None, output_attentions=False, varlen=None):
         if not isinstance(attention_mask, BlockSparseLayout):
             return super().forward(hidden_states, attention_mask, output_attentions, varlen)
-        batch, seq_len, _ = hidden_states.shape
-        q, k, v = (x.transpose(1, 2) for x in self.queries_keys_values(hidden_states))  # (B, H, T', D) each
-        blocks = self.random_blocks(seq_len, hidden_states.device)  # (H, n-2, r)
-        # No dropout on the probabilities: the reference's block-sparse attention has none.
-        out = block_sparse_attention(q, k, v, attention_mask.keep, self.config.block_size, blocks,
-                                     scaling=self.scaling)  # (B, T', H, D)
-        return self.o_proj(out.reshape(batch, seq_len, -1)), None  # (B, T', C)
+        layout = attention_mask
+        q, k, v = (layout.to_blocks(x).transpose(1, 2)
+                   for x in self.queries_keys_values(hidden_states))  # (B, H, T', D) each
+        blocks = self.random_blocks(q.shape[2], hidden_states.device)  # (H, n-2, r)
+        # No dropout on the probabilities: the reference's block-sparse attention has none. Unpadded, the query
+        # blocks without a real token are skipped: their outputs are dropped anyway.
+        out = block_sparse_attention(q, k, v, layout.keep, self.config.block_size, blocks, scaling=self.scaling,
+                                     skip_padding_blocks=layout.tokens is not None)  # (B, T', H, D)
+        out = layout.from_blocks(out)  # (N, H, D) or (B, T', H, D)
+        return self.o_proj(out.flatten(-2)), None  # (N, C) or (B, T', C)
 
 
 class XfmrBigBirdLayer(PostNormEncoderLayer):
@@ -189,18 +210,20 @@ class XfmrBigBirdModel(PooledEncoderStack, XfmrBigBirdPreTrainedModel):
         self.pooler = TanhPooler(config.hidden_size) if add_pooling_layer else None
         self.post_init()
 
-    def sparse_length(self, attention_mask, seq_len: int) -> tuple[int, bool]:
-        """(tokens to run, whether the batch is unpadded): with `unpad_inputs` and right padding, the longest
-        row's length (one host read); else `seq_len`, as given."""
+    def sparse_length(self, attention_mask, seq_len: int) -> tuple[int, bool | None]:
+        """(tokens to run, whether a row is shorter): with `unpad_inputs` and every row starting with a real token,
+        the longest row's length and whether some row has padding before it (one host read); else `seq_len` and
+        None (the batch runs as given)."""
         if attention_mask is None or not self.config.unpad_inputs or torch.compiler.is_compiling() \
                 or PADDED_LAYOUT.get():
-            return seq_len, False
+            return seq_len, None
         keep = attention_mask.bool()
         columns = torch.arange(1, seq_len + 1, device=keep.device)  # (T,)
-        length, right_padded = torch.stack([(keep * columns).amax(), keep[:, 0].all().long()]).tolist()
+        length, right_padded, real = torch.stack([(keep * columns).amax(), keep[:, 0].all().long(),
+                                                  keep.sum()]).tolist()
         if not right_padded or length == 0:  # left padding: position 0 ([CLS] pooling) must keep its values
-            return seq_len, False
-        return length, True
+            return seq_len, None
+        return length, real < keep.shape[0] * length
 
     def run_encoder(self, layers, inputs: dict, attention_mask, shape: tuple, output_attentions: bool,
                     output_hidden_states: bool, packed: dict | None = None):
@@ -210,13 +233,13 @@ class XfmrBigBirdModel(PooledEncoderStack, XfmrBigBirdPreTrainedModel):
         if not sparse or shape[1] == 0:
             return super().run_encoder(layers, inputs, attention_mask, shape, output_attentions,
                                        output_hidden_states, packed)
-        length, unpadded = self.sparse_length(attention_mask, shape[1])
+        length, padded = self.sparse_length(attention_mask, shape[1])
         if uses_full_attention(length, config.block_size, config.num_random_blocks):
             log_full_attention_once(length, config.block_size, config.num_random_blocks)
             return super().run_encoder(layers, inputs, attention_mask, shape, output_attentions,
                                        output_hidden_states, packed)
         self.check_sparse_inputs(inputs, attention_mask, shape, output_attentions, packed)
-        return self.run_block_sparse(layers, inputs, attention_mask, shape, length, unpadded, output_hidden_states)
+        return self.run_block_sparse(layers, inputs, attention_mask, shape, length, padded, output_hidden_states)
 
     def check_sparse_inputs(self, inputs, attention_mask, shape, output_attentions, packed) -> None:
         """Refuse what the block-sparse layout cannot express, saying what works instead."""
@@ -231,35 +254,41 @@ class XfmrBigBirdModel(PooledEncoderStack, XfmrBigBirdPreTrainedModel):
                              "cross their boundaries); pass one sequence per row with padding, or use "
                              "attention_type='original_full'.")
 
-    def run_block_sparse(self, layers, inputs: dict, attention_mask, shape: tuple, length: int, unpadded: bool,
+    def run_block_sparse(self, layers, inputs: dict, attention_mask, shape: tuple, length: int, padded: bool | None,
                          output_hidden_states: bool):
-        """Run `length` tokens padded to a multiple of the block size (T') through `layers`; outputs (B, T, C)."""
+        """Run the first `length` tokens, padded to a multiple of the block size (T'), through `layers`; outputs
+        (B, T, C). `padded` (see `sparse_length`): True, the layers run on the N real tokens only; False, every
+        row is real up to `length`; None, the batch as given (its padding computed as the reference does)."""
         batch, seq_len = shape
         block = self.config.block_size
         device = next(value.device for value in inputs.values() if value is not None)
         target = -(-length // block) * block  # T'
-        keep = attention_mask.bool() if attention_mask is not None else None
+        keep = None if attention_mask is None or padded is False else attention_mask.bool()
         if keep is None and target > length:
             keep = torch.ones(batch, seq_len, dtype=torch.bool, device=device)
         if keep is not None:
             keep = _fit_length(keep, length, target, False)  # (B, T')
-        if inputs["position_ids"] is None and target > length:  # padding numbered 0: always inside the table
+        if inputs["position_ids"] is None and (target > length or padded):  # padding numbered 0: inside the table
             inputs["position_ids"] = default_position_ids(None, length, device).expand(batch, -1)
         pad_id = self.config.pad_token_id or 0
         fills = {"input_ids": pad_id, "token_type_ids": 0, "position_ids": 0, "inputs_embeds": 0.0}
         inputs = {name: None if value is None else _fit_length(value.expand(batch, *value.shape[1:]), length,
                                                                target, fills[name])
-                  for name, value in inputs.items()}
-        hidden_states = self.embeddings(**inputs)  # (B, T', C)
-        layout = BlockSparseLayout(keep)
+                  for name, value in inputs.items()}  # (B, T', ...)
+        layout = BlockSparseLayout(keep, keep.flatten().nonzero().flatten() if padded else None)
+        if padded:  # the embeddings take the real tokens as one (1, N) row
+            inputs = {name: None if value is None else layout.from_blocks(value)[None]
+                      for name, value in inputs.items()}
+        hidden_states = self.embeddings(**inputs)  # (B, T', C) or (1, N, C)
+        if padded:
+            hidden_states = hidden_states.squeeze(0)  # (N, C)
         all_hidden_states = (hidden_states,) if output_hidden_states else None
         for layer in layers:
             hidden_states, _ = layer(hidden_states, layout, False, None)
             all_hidden_states = collect(all_hidden_states, hidden_states)
 
-        def restore(hidden):  # (B, T', C) -> (B, T, C), zeros at padding when unpadded
-            hidden = _fit_length(hidden, min(seq_len, target), seq_len, 0.0)
-            return hidden * attention_mask[..., None].to(hidden.dtype) if unpadded else hidden
+        def restore(hidden):  # the layers' layout -> (B, T, C), zeros at padding when cut to `length`
+            return _fit_length(layout.to_blocks(hidden), length, seq_len, 0.0)
 
         if all_hidden_states is not None:
             all_hidden_states = tuple(restore(h) for h in all_hidden_states)

@@ -147,8 +147,10 @@ class XfmrBigBirdPegasusAttention(XfmrBartAttention):
             x = layout.to_blocks(proj(hidden_states))  # (B, L, C)
             return x.view(batch, padded_len, self.num_heads, self.head_dim).transpose(1, 2)
 
+        # An unpadded batch skips the query blocks past each row's end (their outputs are dropped).
         out = block_sparse_attention(heads(self.q_proj), heads(self.k_proj), heads(self.v_proj), layout.key_mask,
-                                     self.config.block_size, random_blocks, scaling=self.scaling)  # (B, L, H, D)
+                                     self.config.block_size, random_blocks, scaling=self.scaling,
+                                     skip_padding_blocks=layout.varlen is not None)  # (B, L, H, D)
         return self.o_proj(layout.from_blocks(out.reshape(batch, padded_len, -1)))
 
 
