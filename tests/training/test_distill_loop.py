@@ -23,7 +23,8 @@ RECORDED = [[28.308218, 2.862049, 6.59978, 0.798414], [26.899513, 2.600384, 6.53
             [17.899879, 1.029446, 6.229699, 0.293253], [17.214661, 0.918444, 6.173856, 0.274729],
             [18.106885, 1.082548, 6.205459, 0.283229], [16.595115, 0.949062, 5.796295, 0.257215]]
 RECORDED_AGREEMENT = (0.16025641025641027, 0.04487179487179487)
-RECORDED_WEIGHT_SUM = 223.85324914322337
+RECORDED_WEIGHT_SUM = 223.85324914322337  # the old loop's per-tensor AdamW; the shared loop's fused AdamW
+WEIGHT_SUM_RTOL = 2e-6  # rounds differently: 8.3e-7 relative measured after the 8 steps
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ def test_the_shared_loop_trains_the_student_the_old_loop_trained(wordpiece_token
                                rtol=1e-5, atol=1e-5)
     assert (result.agreement_before, result.agreement_after) == pytest.approx(RECORDED_AGREEMENT, abs=1e-9)
     weight_sum = float(sum(p.detach().double().sum() for p in result.student.parameters()))
-    assert weight_sum == pytest.approx(RECORDED_WEIGHT_SUM, rel=1e-7)
+    assert weight_sum == pytest.approx(RECORDED_WEIGHT_SUM, rel=WEIGHT_SUM_RTOL)
     # The history's lr is the schedule's value after each step: linear warmup over 2 steps, then decay to 0.
     assert [h["lr"] for h in result.history] == pytest.approx([5e-3, 1e-2, 1e-2 * 5 / 6, 1e-2 * 4 / 6, 1e-2 * 3 / 6,
                                                                1e-2 * 2 / 6, 1e-2 / 6, 0.0])

@@ -38,7 +38,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         for start in range(0, num_rows, step):
             h = hidden[start:start + step]  # (n, C)
             target = labels[start:start + step]  # (n,)
-            logits = torch.matmul(h, weight.t())  # (n, V), autocast applies here when enabled
+            logits = torch.nn.functional.linear(h, weight)  # (n, V); autocast casts `weight` once per forward
             if bias is not None:
                 logits = logits + bias
             logits = logits.float()  # a fresh (n, V) tensor: the in-place steps below are safe
