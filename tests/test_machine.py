@@ -174,3 +174,39 @@ def test_pretrain_warns_once_about_slow_bf16_on_cpu(tmp_path, monkeypatch, mixed
         assert asked == ["cpu"] and len(slow) == 1 and str(slow[0].message) == "bf16 is slower here"
     else:
         assert asked == [] and slow == []
+
+
+def test_a_training_run_uses_a_busy_cached_peak_as_it_is(cache_dir, monkeypatch):
+    # remeasure_busy=False (what a training run asks for): the probe runs once per machine, even a busy one
+    calls = []
+
+    def fake_probe(dtype, *, device, size):
+        calls.append(dtype)
+        return {"gflops": 50.0 + len(calls), "size": 256, "seconds": 0.01, "busy": True}
+
+    monkeypatch.setattr(machine, "probe_matmul", fake_probe)
+    for _ in range(3):
+        assert machine.peak_gflops("cpu", "fp32", 1, remeasure_busy=False) == {
+            "gflops": 51.0, "source": "matmul probe, busy machine"}
+    assert calls == [torch.float32]
+    assert machine.peak_gflops("cpu", "fp32", 1)["gflops"] == 52.0  # the default measures a busy figure again
+
+
+def test_flop_counter_counts_matrix_products_forward_and_backward():
+    linear = torch.nn.Linear(16, 8, bias=False)
+    x = torch.randn(5, 16, requires_grad=True)
+    with machine.flop_counter() as counter:
+        linear(x).sum().backward()
+    assert counter.get_total_flops() == 3 * 2 * 5 * 16 * 8  # forward, grad of the input, grad of the weight
+
+
+def test_flop_counter_counts_the_cpu_fused_attention():
+    q, k, v = (torch.randn(2, 4, 32, 8) for _ in range(3))  # (B, H, T, D)
+    with machine.flop_counter() as counter:
+        torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    assert counter.get_total_flops() == 2 * (2 * 2 * 4 * 32 * 32 * 8)  # q @ k^T and p @ v
+
+
+@pytest.mark.parametrize("precision, dtype", [("no", "fp32"), (None, "fp32"), ("bf16", "bf16"), ("fp16", "fp16")])
+def test_precision_dtype(precision, dtype):
+    assert machine.precision_dtype(precision) == dtype

@@ -12,6 +12,9 @@ def test_parse_key_values_reads_json_values_and_names_the_option():
         {"hidden_size": 64, "act": "gelu", "flag": True}
     assert parse_key_values(["accuracy=0.9", "f1=1"], "--metric", numbers=True) == {"accuracy": 0.9, "f1": 1}
     assert parse_key_values({"a": 1}, "--x") == {"a": 1} and parse_key_values(None, "--x") == {}
+    # Python's spelling of the constants too: "False" kept as text would count as true in a config
+    assert parse_key_values("a=False,b=TRUE,c=None,d=Falsey", "--config_overrides") == \
+        {"a": False, "b": True, "c": None, "d": "Falsey"}
     with pytest.raises(ValueError, match=r"--config_overrides: 'hidden_size' is not of the form field=value"):
         parse_key_values("hidden_size", "--config_overrides")
     with pytest.raises(KeyError, match="--metric accuracy: the value must be a number, got 'high'"):

@@ -227,7 +227,8 @@ def matmul_peak(dtype: str | torch.dtype = "fp32", threads: int | None = None, *
     return float(_peak_entry(dtype, threads, device=device, refresh=refresh, size=size)["gflops"])
 
 
-def _peak_entry(dtype, threads, *, device: str, refresh: bool, size: int | None) -> dict[str, Any]:
+def _peak_entry(dtype, threads, *, device: str, refresh: bool, size: int | None,
+                remeasure_busy: bool = True) -> dict[str, Any]:
     name, torch_dtype = _dtype(dtype)
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
@@ -236,7 +237,7 @@ def _peak_entry(dtype, threads, *, device: str, refresh: bool, size: int | None)
     key = cache_key(name, threads, device)
     path = cache_path()
     cached = None if refresh else _read_cache(path).get(key)
-    if cached is not None and not cached.get("busy"):
+    if cached is not None and not (cached.get("busy") and remeasure_busy):
         return cached
     previous = torch.get_num_threads()
     if device == "cpu" and threads:
@@ -281,14 +282,15 @@ def given_peak(dtype: str | torch.dtype, given: float | str | None = None) -> fl
 
 
 def peak_gflops(device: str = "cpu", dtype: str | torch.dtype = "fp32", threads: int | None = None, *,
-                given: float | str | None = None) -> dict[str, Any]:
+                given: float | str | None = None, remeasure_busy: bool = True) -> dict[str, Any]:
     """The peak to measure MFU against: {"gflops", "source"}; a stated peak (`given` or `HF_XFMR_PEAK_GFLOPS`)
     wins over the probe (`matmul_peak`, cached; "source" says when it was measured on a busy machine, where
-    the figure may be low and the fractions of it high)."""
+    the figure may be low and the fractions of it high). `remeasure_busy=False`: a cached figure measured on a busy
+    machine is used as it is (a training run probes at most once per machine, dtype and thread count)."""
     stated = given_peak(dtype, given)
     if stated is not None:
         return {"gflops": stated, "source": "given"}
-    entry = _peak_entry(dtype, threads, device=device, refresh=False, size=None)
+    entry = _peak_entry(dtype, threads, device=device, refresh=False, size=None, remeasure_busy=remeasure_busy)
     busy = bool(entry.get("busy"))
     return {"gflops": float(entry["gflops"]), "source": "matmul probe, busy machine" if busy else "matmul probe"}
 
@@ -334,3 +336,38 @@ def warn_if_bf16_slow(device: str | torch.device = "cpu", threads: int | None = 
 
         warnings.warn(advice, SlowBf16Warning, stacklevel=2)
     return advice
+
+
+# ----------------------------------------------------------------------------------------------
+# Model FLOPs (MFU)
+# ----------------------------------------------------------------------------------------------
+
+
+def _cpu_sdpa_flops() -> dict:
+    """FLOP formulas for the CPU's fused attention, which `torch.utils.flop_counter` does not know (it maps the
+    CUDA kernels only): the formulas of its CUDA sdpa entries (causal masks not discounted)."""
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    def forward(query, key, value, *args, out_shape=None, **kwargs) -> int:
+        return sdpa_flop_count(query, key, value)
+
+    def backward(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
+        return sdpa_backward_flop_count(grad_out, query, key, value)
+
+    aten = torch.ops.aten
+    return {aten._scaled_dot_product_flash_attention_for_cpu: forward,
+            aten._scaled_dot_product_flash_attention_for_cpu_backward: backward}
+
+
+def flop_counter():
+    """A `torch.utils.flop_counter.FlopCounterMode` (no table printed) that also counts the CPU's fused
+    attention: `with flop_counter() as counter: ...; counter.get_total_flops()`. It counts matrix products and
+    attention (what MFU counts), not elementwise work, in whatever runs inside the block, eagerly."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    return FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_flops())
+
+
+def precision_dtype(mixed_precision: str | None) -> str:
+    """The dtype name whose peak a run is measured against: "bf16" / "fp16" for that autocast, else "fp32"."""
+    return mixed_precision if mixed_precision in ("bf16", "fp16") else "fp32"

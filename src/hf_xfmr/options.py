@@ -40,6 +40,25 @@ def option(help: str, default: Any = dataclasses.MISSING, **metadata) -> Any:
     return dataclasses.field(default=default, metadata={"help": help, **metadata})
 
 
+def shipped_or_path(value: str, folder: Path, suffix: str, *, source: str, kind: str, example: str,
+                    file: str) -> Path:
+    """The file `value` means: a config shipped with hf_xfmr in `folder` by its name (`folder/value.suffix`), or a
+    file path (relative to the current folder). Raises a ValueError naming `source` when it is neither, e.g.
+    `shipped_or_path("zero2", DEEPSPEED_CONFIGS, ".json", source="--deepspeed", kind="a DeepSpeed", ...)`;
+    `example` and `file` complete the message's advice ("Name a shipped config (example) or give the path of file").
+    """
+    import os
+
+    names = sorted(p.stem for p in folder.glob(f"*{suffix}"))
+    path = folder / f"{value}{suffix}" if value in names else Path(value).expanduser()
+    if not path.is_file():
+        raise ValueError(
+            f"{source} {value}: neither {kind} config shipped with hf_xfmr ({', '.join(names)}) nor an existing "
+            f"file (a relative path is read from the current folder, {os.getcwd()}). Name a shipped config "
+            f"({example}) or give the path of {file}.")
+    return path
+
+
 def read_options_file(path, *, error: type[Exception] = ValueError, what: str = "Config file") -> dict[str, Any]:
     """The mapping a YAML or JSON file holds (JSON for a `.json` suffix, YAML otherwise). Every problem is
     raised as `error` with a message naming the file: missing, not parseable (with the parser's reason),
@@ -69,7 +88,7 @@ def parse_key_values(items: str | Iterable[str] | dict | None, option: str, *, e
                      numbers: bool = False, error: type[Exception] = ValueError) -> dict[str, Any]:
     """`"a=1,b=x"` (comma-separated text) or `["a=1", "b=x"]` (a repeated option) -> `{"a": 1, "b": "x"}`;
     a mapping (from a YAML file) is taken as it is. Values are read as JSON when they are numbers, true,
-    false or null, else kept as strings; with `numbers`, each value must be a number. Errors are raised as
+    false or null (in any case, and None), else kept as strings; with `numbers`, each value must be a number. Errors are raised as
     `error` and name `option`."""
     if not items:
         return {}
@@ -88,7 +107,8 @@ def parse_key_values(items: str | Iterable[str] | dict | None, option: str, *, e
         try:
             value = json.loads(raw)
         except json.JSONDecodeError:
-            value = raw
+            # Python's spelling of the constants too (True, False, None): "False" as text would count as true
+            value = {"true": True, "false": False, "none": None, "null": None}.get(raw.lower(), raw)
         if numbers and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise error(f"{option} {key}: the value must be a number, got {raw!r}")
         result[key] = value

@@ -102,3 +102,17 @@ def run_until(cmd: list[str], marker: Path, timeout: float, log: Path) -> None:
 
 def check(status: int, log: Path) -> None:
     assert status == 0, f"run failed with status {status}:\n{log.read_text()[-6000:]}"
+
+
+def one_case_per_objective(*extra: tuple[str, str]) -> list[tuple[str, str]]:
+    """(architecture, objective): every objective once, with the first architecture that trains with it, then
+    `extra`."""
+    from hf_xfmr.models import architectures
+
+    cases, seen = [], set()
+    for arch in architectures():
+        for objective in arch.objectives:
+            if objective not in seen:
+                seen.add(objective)
+                cases.append((arch.name, objective))
+    return cases + list(extra)

@@ -6,7 +6,7 @@ A run holds:
     args: PretrainArguments fields;
     report: folder for rank<r>.json (world size, backend, fingerprints of the batches seen, the padding
             and targets of each micro-batch) and rank<r>.safetensors (the parameters, when every process
-            holds all of them);
+            holds all of them: not under DeepSpeed or FSDP);
     block_after_step: write `marker` after this optimizer step, then wait to be killed;
     block_in_checkpoint: write `marker` while the checkpoint of this step is half written, then wait;
     unsynced: control run: turn off DDP's gradient all-reduce (ranks must then diverge);
@@ -49,7 +49,7 @@ class Report(PretrainCallback):
         info = {**self.info, "batches": self.batches, "shapes": self.shapes, "final_loss": result.final_loss,
                 "step": result.step}
         (self.folder / f"rank{rank}.json").write_text(json.dumps(info))
-        if not getattr(run.accelerator.state, "deepspeed_plugin", None):
+        if not getattr(run.accelerator.state, "deepspeed_plugin", None) and not run.accelerator.is_fsdp2:
             params = {n: p.detach().cpu().contiguous() for n, p in run.unwrapped_model.named_parameters()}
             save_file(params, str(self.folder / f"rank{rank}.safetensors"))
 

@@ -18,29 +18,16 @@ import torch
 from safetensors.torch import load_file
 
 import hf_xfmr  # noqa: F401  (registers every architecture)
-from hf_xfmr.models import architectures
 from hf_xfmr.training import read_log
 
-from .launch import REPO, launch_command, run, write_config
+from .launch import REPO, launch_command, one_case_per_objective, run, write_config
 
 pytestmark = pytest.mark.slow
 
 STEPS = 2
 STALL_TIMEOUT = 20  # seconds the healthy process waits on its stalled partner (--ddp_timeout)
+CASES = one_case_per_objective(("modernbert", "mlm"), ("bigbird", "mlm"), ("bigbird_pegasus", "gsg"))
 
-
-def _cases() -> list[tuple[str, str]]:
-    """Every objective once, with the first architecture that trains with it, and ModernBERT's MLM."""
-    cases, seen = [], set()
-    for arch in architectures():
-        for objective in arch.objectives:
-            if objective not in seen:
-                seen.add(objective)
-                cases.append((arch.name, objective))
-    return cases + [("modernbert", "mlm"), ("bigbird", "mlm"), ("bigbird_pegasus", "gsg")]
-
-
-CASES = _cases()
 # BigBird's block-sparse layout starts above (5 + 2 x 2 random blocks) x 8 = 72 tokens at the tiny preset: rank 0's
 # full rows take it, rank 1's padded rows (cut to their longest) may run full attention; the same modules either way.
 LENGTHS = {("bigbird", "mlm"): 96, ("bigbird_pegasus", "gsg"): 96}

@@ -1,7 +1,8 @@
 """Generation finetuning of encoder-decoders (`--task seq2seq` / summarization / translation): columns, tokenization
 and the collator, learning beyond the copy baseline (T5 and BART, full and LoRA), metrics.json and the card, the
 saved model generating the same text through transformers' own class, exact resume, the command line, the
-standard-library docstring task, and the errors before training."""
+standard-library tasks (docstrings, HTML entities), and the errors before training. Finetuning from checkpoints
+loaded by Hub id on the entity task, and the published model generating our text: tests/hub/test_seq2seq_by_id.py."""
 
 import json
 import random
@@ -13,11 +14,14 @@ import torch
 import hf_xfmr
 from hf_xfmr.data import train_tokenizer
 from hf_xfmr.data.seq2seq import (
+    BUILTIN_DATASETS,
     DataCollatorForSeq2SeqFinetuning,
     Seq2SeqColumns,
     Seq2SeqDataError,
+    builtin_dataset,
     copy_first_words,
     docstring_summaries,
+    html_entity_names,
     mean_words,
     seq2seq_columns,
     tokenize_seq2seq,
@@ -30,6 +34,7 @@ from hf_xfmr.training.finetune_seq2seq import REGISTRY_TASK, generation_scores
 from hf_xfmr.training.finetune_tasks import FinetuneError
 
 from tests.cli_run import run_cli
+from tests.hub.seq2seq_remote import check_export_without_hf_xfmr, generate_texts
 
 from .finetune_helpers import one_thread  # noqa: F401  (autouse fixture)
 
@@ -81,18 +86,12 @@ def save_checkpoint(folder, arch: str, tokenizer, seed: int = 0):
 
 def quick(tmp_path, checkpoint, **overrides) -> FinetuneArguments:
     options = dict(model_name_or_path=str(checkpoint), task="seq2seq", dataset="unused",
-                   output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none", disable_tqdm=True, max_steps=200, eval_steps=100, logging_steps=20,
+                   output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none", disable_tqdm=True, max_steps=200,
+                   eval_steps=100, logging_steps=20,
                    per_device_train_batch_size=16, learning_rate=1e-2, warmup_steps=0, max_seq_length=32,
                    max_target_length=16, seed=0)
     options.update(overrides)
     return FinetuneArguments(**options)
-
-
-def generate_texts(model, tokenizer, sources, **settings) -> list[str]:
-    batch = tokenizer(sources, return_tensors="pt", padding=True)
-    with torch.no_grad():
-        ids = model.eval().generate(**batch, **settings)
-    return tokenizer.batch_decode(ids, skip_special_tokens=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,6 +197,36 @@ def test_the_docstring_task_is_deterministic_and_offline():
     assert not (names[0] & names[1]) and not (names[0] & names[2])  # each pair in one split
 
 
+def test_the_entity_task_is_deterministic_offline_and_holds_out_characters():
+    """html_entity_names(): every entity of one named character, the target its Unicode name; a character's entities
+    all in one split, so the held-out splits ask for characters never named in training; copying scores ~4."""
+    import html.entities
+    import unicodedata
+
+    first, again = html_entity_names(), html_entity_names()
+    assert set(first) == {"train", "validation", "test"} and sum(len(split) for split in first.values()) >= 1500
+    for name in first:
+        assert first[name].to_list() == again[name].to_list()
+    rows = [row for split in first.values() for row in split]
+    assert all(html.entities.html5[row["source"] + ";"] == row["char"] for row in rows)
+    assert all(row["target"] == unicodedata.name(row["char"]).lower() for row in rows)
+    chars = [set(split["char"]) for split in first.values()]
+    assert not (chars[0] & chars[1]) and not (chars[0] & chars[2]) and not (chars[1] & chars[2])
+    placed = {source: name for name, split in first.items() for source in split["source"]}
+    assert placed["rarr"] == placed["rightarrow"] == placed["RightArrow"]  # one character, one split
+    assert {"eacute": "latin small letter e with acute", "rarr": "rightwards arrow"}.items() <= \
+        {row["source"]: row["target"] for row in rows}.items()
+    train_words = mean_words(first["train"]["target"])
+    copy = generation_scores(copy_first_words(first["test"]["source"], train_words), first["test"]["target"])
+    assert copy["rougeL"] < 10  # an entity name is not its character's name: copying it scores little
+    assert builtin_dataset("html-entities")["test"].to_list() == first["test"].to_list()
+    assert set(BUILTIN_DATASETS) == {"html-entities", "stdlib-docstrings"}
+    with pytest.raises(ValueError, match="choose one of html-entities, stdlib-docstrings"):
+        builtin_dataset("entities")
+    with pytest.raises(ValueError, match="fractions"):
+        html_entity_names(validation=0.6, test=0.5)
+
+
 # ---------------------------------------------------------------------------------------------
 # Runs
 # ---------------------------------------------------------------------------------------------
@@ -228,38 +257,7 @@ def test_finetuning_beats_the_copy_baseline_and_transformers_generates_the_same(
     assert generate_texts(ours, tokenizer, sources, num_beams=1) == generate_texts(reference, tokenizer, sources,
                                                                                   num_beams=1, max_new_tokens=16)
     assert sum(any(c in text for c in COLORS) for text in texts) >= 6
-    _check_export_without_hf_xfmr(ours, tokenizer, card, sources, tmp_path)
-
-
-def _check_export_without_hf_xfmr(model, tokenizer, card: dict, sources: list[str], tmp_path) -> None:
-    """The Hub export of the finetuned model, loaded in a process where hf_xfmr cannot be imported
-    (tests/hub/load_remote.py), gives our outputs and generates our tokens; its card shows the scores."""
-    from safetensors.torch import load_file, save_file
-
-    from hf_xfmr import hub
-    from tests.hub._childlib import run_model
-    from tests.hub.conftest import child_env, run_child
-
-    folder = tmp_path / "export"
-    model.generation_config.num_beams = 1  # greedy: the child saves the generated ids, and beam search's are strided
-    hub.export(model.eval(), tokenizer, folder, **card)
-    assert "rougeL" in (folder / "README.md").read_text()
-    batch = tokenizer(sources, return_tensors="pt", padding=True)
-    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
-              "labels": tokenizer(text_target=sources, return_tensors="pt", padding=True)["input_ids"]}
-    save_file(inputs, tmp_path / "inputs.safetensors")
-    manifest = {"report": str(tmp_path / "report.json"), "cases": [dict(
-        name="seq2seq", source=str(folder), auto_class="AutoModelForSeq2SeqLM", generate=True,
-        inputs=str(tmp_path / "inputs.safetensors"), output=str(tmp_path / "outputs.safetensors"))]}
-    run_child("load_remote.py", manifest, tmp_path / "manifest.json",
-              child_env(tmp_path / "hf_home", HF_HUB_OFFLINE="1"))
-    report = json.loads((tmp_path / "report.json").read_text())
-    assert report["hf_xfmr_importable"] is False
-    assert "error" not in report["cases"]["seq2seq"], report["cases"]["seq2seq"]["error"]
-    assert report["cases"]["seq2seq"]["module"].startswith("transformers_modules.")
-    theirs, ours = load_file(tmp_path / "outputs.safetensors"), run_model(model, inputs, generate=True)
-    assert torch.equal(theirs["generated"], ours["generated"])
-    torch.testing.assert_close(theirs["logits"], ours["logits"], atol=1e-5, rtol=1e-5)
+    check_export_without_hf_xfmr(ours, tokenizer, card, sources, tmp_path)
 
 
 def test_lora_learns_and_the_adapter_reloads(tokenizers, tmp_path):

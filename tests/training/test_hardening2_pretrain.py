@@ -137,8 +137,9 @@ def test_shipped_deepspeed_configs_by_name_or_path(tmp_path, monkeypatch):
     # They are package data, so a pip-installed hf_xfmr has them.
     setup = configparser.ConfigParser()
     setup.read(REPO / "setup.cfg")
-    pattern = setup["options.package_data"]["hf_xfmr.training"]
-    assert sorted(p.name for p in DEEPSPEED_CONFIGS.parent.glob(pattern)) == ["zero2.json", "zero3.json"]
+    patterns = [p.strip() for p in setup["options.package_data"]["hf_xfmr.training"].split(",")]
+    shipped = sorted(p.name for pattern in patterns for p in DEEPSPEED_CONFIGS.parent.glob(pattern))
+    assert shipped == ["full_shard.yaml", "shard_grad_op.yaml", "zero2.json", "zero3.json"]  # and --fsdp's
     # A path is read from the current folder.
     monkeypatch.chdir(tmp_path)
     Path("mine.json").write_text(json.dumps({"zero_optimization": {"stage": 1}}))

@@ -15,9 +15,10 @@ from hf_xfmr.training import (
     pretrain,
     read_log,
 )
+from hf_xfmr.training.logs import TIMING_FIELDS
 
 TRAIN_KEYS = {"step", "epoch", "loss", "learning_rate", "grad_norm", "tokens_per_second", "batches_without_targets",
-              "skipped_steps"}
+              "skipped_steps", "flops_per_step", "flops_per_second", "mfu"}
 
 
 def _args(tokenizer, output_dir, **overrides):
@@ -29,7 +30,7 @@ def _args(tokenizer, output_dir, **overrides):
 
 
 def _losses(path):
-    return [{k: v for k, v in r.items() if k != "tokens_per_second"} for r in read_log(path)]
+    return [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in read_log(path)]
 
 
 class Interrupt(PretrainCallback):

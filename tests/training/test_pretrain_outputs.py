@@ -115,3 +115,87 @@ def test_gradient_clipping(saved_tokenizer, tmp_path, max_grad_norm):
     for before, at_update in zip(logged, recorder.norms):
         expected = min(before, max_grad_norm) if max_grad_norm else before
         assert at_update == pytest.approx(expected, rel=1e-4)
+
+
+class FirstBatches(PretrainCallback):
+    """Keeps a copy of each micro-batch and its real-token count."""
+
+    def __init__(self):
+        self.batches, self.tokens = [], []
+
+    def on_micro_batch(self, run, batch):
+        from hf_xfmr.training.batches import count_tokens
+
+        self.batches.append({k: v.clone() for k, v in batch.items()})
+        self.tokens.append(count_tokens(batch))
+
+
+def test_the_log_reports_model_flops_and_mfu(saved_tokenizer, tmp_path, capsys):
+    """Each training record carries the step's model FLOPs (counted on the first micro-batch: its forward and
+    backward, per real token), their rate and its fraction of the given peak; the progress bar shows the MFU."""
+    from hf_xfmr.machine import flop_counter
+
+    seen = FirstBatches()
+    result = pretrain(PretrainArguments(
+        arch="bert", objective="mlm", max_steps=3, max_documents=40, tokenizer=str(saved_tokenizer),
+        per_device_train_batch_size=4, max_seq_length=32, logging_steps=1, save_steps=0, eval_fraction=0.0,
+        progress_bar=True, report_to_tensorboard=False, output_dir=str(tmp_path / "out"), peak_tflops=0.5),
+        callbacks=[seen])
+    assert "mfu=" in capsys.readouterr().err
+    records = [r for r in read_log(result.log_path) if "loss" in r]
+    assert len(records) == 3 and len(seen.tokens) == 3  # one micro-batch per step
+
+    # The reference count: the same first micro-batch, forward and backward, through a model of the same shape.
+    model = result.model.train()
+    with flop_counter() as counter:
+        model(**seen.batches[0]).loss.backward()
+    per_token = counter.get_total_flops() / seen.tokens[0]
+    assert per_token > 6 * sum(p.numel() for n, p in model.named_parameters() if "encoder" in n and p.dim() == 2)
+    for record, tokens in zip(records, seen.tokens):
+        assert record["flops_per_step"] == pytest.approx(per_token * tokens, rel=1e-9)
+        # one window = one step: FLOP/s over tokens/s is the step's FLOPs over its tokens
+        assert record["flops_per_second"] / record["tokens_per_second"] == pytest.approx(per_token, rel=1e-9)
+        assert record["mfu"] == pytest.approx(record["flops_per_second"] / 0.5e12, rel=1e-12)
+
+
+def test_the_peak_is_probed_once_per_machine(saved_tokenizer, tmp_path, monkeypatch):
+    """Without --peak_tflops the run divides by the cached matmul probe of the run's dtype, measured once (also when
+    it was measured on a busy machine). The probe draws random matrices, on a forked RNG: the run that probes trains
+    as the one that reads the cache (dropout on)."""
+    from hf_xfmr import machine
+
+    monkeypatch.setenv("HF_XFMR_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(machine.PEAK_ENV, raising=False)
+    probes = []
+
+    def fake_probe(dtype, *, device, size):
+        probes.append((dtype, device))
+        torch.randn(64)  # as the real probe draws its matrices
+        return {"gflops": 20.0, "size": 256, "seconds": 0.01, "busy": True}
+
+    monkeypatch.setattr(machine, "probe_matmul", fake_probe)
+    losses = []
+    for run in ("first", "second"):
+        result = pretrain(PretrainArguments(
+            arch="bert", objective="mlm", max_steps=1, max_documents=40, tokenizer=str(saved_tokenizer), seed=3,
+            per_device_train_batch_size=4, max_seq_length=32, logging_steps=1, save_steps=0, eval_fraction=0.0,
+            progress_bar=False, report_to_tensorboard=False, output_dir=str(tmp_path / run)))
+        (record,) = read_log(result.log_path)
+        assert record["mfu"] == pytest.approx(record["flops_per_second"] / 20e9, rel=1e-12)
+        losses.append(record["loss"])
+    assert probes == [(torch.float32, "cpu")]
+    assert losses[0] == losses[1]
+
+
+def test_the_flops_and_mfu_reach_tensorboard(tmp_path):
+    scalars = {}
+
+    class Writer:
+        def add_scalar(self, tag, value, step):
+            scalars[tag] = (value, step)
+
+    log = RunLog(tmp_path, enabled=True, tensorboard=False)
+    log.writer = Writer()
+    log.write({"step": 4, "loss": 2.0, "flops_per_step": 3e9, "flops_per_second": 1.5e9, "mfu": 0.25})
+    assert scalars["train/flops_per_step"] == (3e9, 4) and scalars["train/mfu"] == (0.25, 4)
+    assert scalars["train/flops_per_second"] == (1.5e9, 4)

@@ -11,6 +11,7 @@ import hf_xfmr  # noqa: F401
 from hf_xfmr.data import default_corpus, train_tokenizer
 from hf_xfmr.data.corpus import document_text
 from hf_xfmr.training import ObjectiveSettings, PretrainArguments, PretrainCallback, get_objective, pretrain, read_log
+from hf_xfmr.training.logs import TIMING_FIELDS
 
 L = 32
 R = L // 2
@@ -177,7 +178,7 @@ def test_resume_continues_exactly_with_the_memory(xlnet_tokenizer, tmp_path):
     resumed = pretrain(_args(xlnet_tokenizer, tmp_path / "cut", resume="latest", **common))
 
     def losses(path):
-        return [{k: v for k, v in r.items() if k != "tokens_per_second"} for r in read_log(path)]
+        return [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in read_log(path)]
 
     assert losses(resumed.log_path) == losses(full.log_path)
     a, b = full.model.state_dict(), resumed.model.state_dict()

@@ -405,29 +405,13 @@ def time_case(
     )
 
 
-def _cpu_sdpa_flops() -> dict:
-    """FLOP formulas for CPU's fused attention (`torch.utils.flop_counter` counts the CUDA kernels only): the
-    same formulas as its CUDA sdpa entries (causal masks not discounted)."""
-    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
-
-    def forward(query, key, value, *args, out_shape=None, **kwargs) -> int:
-        return sdpa_flop_count(query, key, value)
-
-    def backward(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
-        return sdpa_backward_flop_count(grad_out, query, key, value)
-
-    aten = torch.ops.aten
-    return {aten._scaled_dot_product_flash_attention_for_cpu: forward,
-            aten._scaled_dot_product_flash_attention_for_cpu_backward: backward}
-
-
 def step_flops(runner: "SideRunner") -> float:
     """FLOPs of one step of `runner` (forward, and backward in train mode), counted by
     `torch.utils.flop_counter.FlopCounterMode`: matrix products and attention, not elementwise work or the
     optimizer. The step is run for real (untimed)."""
-    from torch.utils.flop_counter import FlopCounterMode
+    from ..machine import flop_counter
 
-    with FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_flops()) as counter:
+    with flop_counter() as counter:
         runner.step()
     return float(counter.get_total_flops())
 

@@ -41,9 +41,10 @@ COMMAND = Command(
          "seq2seq (summarization, translation)",
     description=(
         "Finetune a model with transformers' Trainer (and PEFT for --lora) on a datasets source: local\n"
-        "csv/tsv/json/jsonl/parquet files or folders (offline), a Hub dataset, or the built-in 'vader'\n"
-        "sentiment sentences. Start from an hf_xfmr or transformers checkpoint folder, or from --arch +\n"
-        "--preset for a from-scratch run. --task causal-lm finetunes a decoder (SFT) on 'messages' chats\n"
+        "csv/tsv/json/jsonl/parquet files or folders (offline), a Hub dataset, the built-in 'vader'\n"
+        "sentiment sentences or, for seq2seq, the built-in 'html-entities' and 'stdlib-docstrings' tasks.\n"
+        "Start from an hf_xfmr or transformers checkpoint folder, or from --arch + --preset for a\n"
+        "from-scratch run. --task causal-lm finetunes a decoder (SFT) on 'messages' chats\n"
         "(rendered with the chat template, loss on the assistant turns), 'prompt'/'completion' pairs\n"
         "(loss on the completion) or 'text'; --padding_free flattens batches, --lora --load_in_4bit is\n"
         "QLoRA. --task seq2seq (or summarization / translation) finetunes an encoder-decoder (T5, BART, ...)\n"

@@ -1,4 +1,4 @@
-"""`hf-xfmr pretrain`: an architecture pretrained with its objective (Accelerate; DeepSpeed ZeRO-2/3)."""
+"""`hf-xfmr pretrain`: an architecture pretrained with its objective (Accelerate; DeepSpeed ZeRO-2/3, FSDP2)."""
 
 import argparse
 import os
@@ -91,10 +91,11 @@ _ARCHITECTURES = "\n".join(f"  {name:<12} objectives: {', '.join(objectives)}"
 
 COMMAND = Command(
     "pretrain",
-    help="pretrain an architecture with its objective (Accelerate; DeepSpeed ZeRO-2/3 with --deepspeed)",
+    help="pretrain an architecture with its objective (Accelerate; DeepSpeed ZeRO-2/3 with --deepspeed, FSDP2 with "
+         "--fsdp)",
     description=(
         "Pretrain an hf_xfmr architecture from scratch with its objective, in one process or under\n"
-        "`accelerate launch` / `torchrun` (DDP, DeepSpeed ZeRO-2/3). Writes the model (safetensors) and\n"
+        "`accelerate launch` / `torchrun` (DDP, DeepSpeed ZeRO-2/3, FSDP2). Writes the model (safetensors) and\n"
         "tokenizer to --output_dir, a JSON-lines log (log.jsonl), and checkpoints that --resume\n"
         "continues exactly. Settings come from the options below and/or a YAML file (--config).\n\n"
         f"architectures:\n{_ARCHITECTURES}\nobjectives with a training recipe: {', '.join(OBJECTIVES)}"
@@ -104,7 +105,8 @@ COMMAND = Command(
         "  hf-xfmr pretrain --arch bert --objective wwm --max_steps 200 --output_dir out/bert\n"
         "  hf-xfmr pretrain --config run.yaml --resume\n"
         "  accelerate launch --multi_gpu --num_processes 2 -m hf_xfmr.cli pretrain --arch roberta --output_dir out/r\n"
-        "  accelerate launch --multi_gpu --num_processes 2 -m hf_xfmr.cli pretrain --deepspeed zero3 ..."
+        "  accelerate launch --multi_gpu --num_processes 2 -m hf_xfmr.cli pretrain --deepspeed zero3 ...\n"
+        "  accelerate launch --multi_gpu --num_processes 2 -m hf_xfmr.cli pretrain --fsdp full_shard ..."
     ),
     arguments=PretrainArguments,
     run=run,

@@ -14,6 +14,7 @@ Examples / rows:
     pack_stream, PackedCLMDataset                                  CLM rows with carried remainder
     pack_documents, collate_packed, packing_efficiency             best-fit packing for encoders
     seq2seq_columns, tokenize_seq2seq, docstring_summaries         seq2seq finetuning rows; a task from the stdlib
+    html_entity_names                                              a seq2seq task from the stdlib a tiny model learns
 Corpora and tokenizers:
     default_corpus, load_corpus, iter_texts, train_tokenizer
 """
@@ -26,7 +27,8 @@ from .mlm import DataCollatorForMLM, tokenize_for_mlm
 from .packing import best_fit_bins, block_diagonal_mask, collate_packed, pack_documents, packing_efficiency
 from .pairs import create_nsp_examples, create_sop_examples, tokenize_documents
 from .plm import DataCollatorForPLM
-from .seq2seq import DataCollatorForSeq2SeqFinetuning, docstring_summaries, seq2seq_columns, tokenize_seq2seq
+from .seq2seq import (DataCollatorForSeq2SeqFinetuning, docstring_summaries, html_entity_names, seq2seq_columns,
+                      tokenize_seq2seq)
 from .sft import DataCollatorForSFT, sft_format, tokenize_sft
 from .t5 import DataCollatorForSpanCorruption, compute_input_and_target_lengths
 from .tokenizers import train_tokenizer
@@ -50,6 +52,7 @@ __all__ = [
     "default_corpus",
     "docstring_summaries",
     "gsg_examples",
+    "html_entity_names",
     "iter_texts",
     "load_corpus",
     "pack_documents",

@@ -170,7 +170,8 @@ def export(
         folder: the output folder; must be new or empty, or a previous export with `overwrite=True`.
         repo_id: the Hub repository it will be published to (used in the card's code samples; `publish`
             fills it in when left out).
-        title, description: the card's heading (default: the folder name) and opening paragraph.
+        title, description: the card's heading (default: the repository's name, else the folder's) and opening
+            paragraph.
         license, language, datasets, base_model, tags: the card's metadata (Hub ids for datasets and
             base_model). No licence is stated unless one is given.
         metrics: evaluation results, e.g. {"accuracy": 0.91}, measured on `eval_dataset` (a Hub dataset
@@ -193,7 +194,8 @@ def export(
     if repo_id is not None:
         check_repo_id(repo_id, error=ExportError)
     code = remote_code_for(arch)
-    card = dict(title=title or folder.name, description=description, repo_id=repo_id, license=license,
+    title = title or (repo_id.split("/")[-1] if repo_id else folder.name)
+    card = dict(title=title, description=description, repo_id=repo_id, license=license,
                 language=language, datasets=tuple(datasets), base_model=base_model, tags=tuple(tags),
                 metrics=metrics, eval_dataset=eval_dataset, eval_dataset_config=eval_dataset_config,
                 eval_split=eval_split, eval_source=eval_source, training=training)

@@ -92,8 +92,9 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     """Zero each element with probability `p` and scale survivors by 1 / (1 - p) (when training)."""
     if not training or p == 0.0:
         return x
-    if (x.device.type != "cpu" or p >= 1.0 or x.numel() < _FAST_DROPOUT_MIN_NUMEL
-            or torch.compiler.is_compiling()):
+    # is_compiling() first: a size test would make compiled graphs depend on the token count (a recompile).
+    if (torch.compiler.is_compiling() or x.device.type != "cpu" or p >= 1.0
+            or x.numel() < _FAST_DROPOUT_MIN_NUMEL):
         return F.dropout(x, p, training=True)
     return _CPUDropout.apply(x, p)
 

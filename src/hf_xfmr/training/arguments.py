@@ -58,6 +58,14 @@ def _non_negative_ints(obj, names) -> None:
             raise ValueError(f"--{name} must be a non-negative integer, got {value!r}.")
 
 
+def _check_compile_backend(obj) -> None:
+    """--compile_backend names a backend (a non-empty string); whether torch knows it is checked when the model is
+    compiled (listing torch's backends here would import torch for --help)."""
+    if not isinstance(obj.compile_backend, str) or not obj.compile_backend.strip():
+        raise obj.Error(f"--compile_backend must name a torch.compile backend (e.g. inductor), got "
+                        f"{obj.compile_backend!r}.")
+
+
 def _positive_ints_or_unset(obj, names) -> None:
     for name in names:
         value = getattr(obj, name)
@@ -129,6 +137,12 @@ class PretrainArguments(RunArguments):
         "the repo id --model_path names, none for a local folder", None, metavar="ID")
     attn_implementation: str | None = option("attention backend: eager or sdpa", None)
     gradient_checkpointing: bool = option("recompute activations in the backward pass", False)
+    compile: bool = option(
+        "compile the model with torch.compile (dynamic shapes: batches of other lengths do not recompile); a model "
+        "that cannot compile trains eagerly, with a warning naming it", False)
+    compile_backend: str = option(
+        "torch.compile backend of --compile: inductor (the default, the fast one) or another registered backend "
+        "(aot_eager and eager compile quickly, for checking that a model traces)", "inductor")
 
     # --- data ----------------------------------------------------------------------------------
     dataset: str | None = option(
@@ -189,6 +203,10 @@ class PretrainArguments(RunArguments):
     deepspeed: str | None = option(
         "train with DeepSpeed ZeRO: zero2 or zero3 (configs shipped with hf_xfmr) or a DeepSpeed JSON file; start the "
         "processes with `accelerate launch --multi_gpu --num_processes N` or torchrun", None)
+    fsdp: str | None = option(
+        "train with PyTorch FSDP2 (fully sharded data parallel, through Accelerate): full_shard or shard_grad_op "
+        "(configs shipped with hf_xfmr) or an Accelerate FSDP config file (YAML/JSON); start the processes with "
+        "`accelerate launch --multi_gpu --num_processes N` or torchrun", None)
 
     # --- run -----------------------------------------------------------------------------------
     output_dir: str = option("where the model, tokenizer, logs and checkpoints go", "pretrain_output")
@@ -207,6 +225,9 @@ class PretrainArguments(RunArguments):
     ddp_timeout: float = option(
         "distributed runs: seconds a collective operation waits for the other processes before the run fails with an "
         "error naming the step (default 1800: 30 minutes)", 1800.0)
+    peak_tflops: float | None = option(
+        "the device's peak TFLOP/s for the run's dtype, which the logged MFU divides by (GPUs: the datasheet's dense "
+        "figure); default: HF_XFMR_PEAK_GFLOPS, else a matmul probe measured once per machine and cached", None)
 
     def __post_init__(self):
         _positive_ints(self, ("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps",
@@ -254,6 +275,17 @@ class PretrainArguments(RunArguments):
             raise ValueError(f"--ddp_timeout must be a positive number of seconds, got {self.ddp_timeout!r}.")
         if self.deepspeed is not None and (not isinstance(self.deepspeed, str) or not self.deepspeed.strip()):
             raise ValueError(f"--deepspeed must name a config (zero2, zero3) or a JSON file, got {self.deepspeed!r}.")
+        if self.fsdp is not None and (not isinstance(self.fsdp, str) or not self.fsdp.strip()):
+            raise ValueError(f"--fsdp must name a config (full_shard, shard_grad_op) or a YAML/JSON file, "
+                             f"got {self.fsdp!r}.")
+        if self.fsdp is not None and self.deepspeed is not None:
+            raise ValueError("--fsdp and --deepspeed both shard the model: choose one (--fsdp full_shard is the "
+                             "counterpart of --deepspeed zero3, --fsdp shard_grad_op of zero2).")
+        _check_compile_backend(self)
+        if self.peak_tflops is not None and (isinstance(self.peak_tflops, bool) or not isinstance(
+                self.peak_tflops, (int, float)) or not 0 < self.peak_tflops < float("inf")):
+            raise ValueError(f"--peak_tflops must be a positive number of TFLOP/s (e.g. 989 for an H100's dense bf16), "
+                             f"got {self.peak_tflops!r}.")
 
     @property
     def warmup(self) -> int:
@@ -306,7 +338,8 @@ class FinetuneArguments(RunArguments):
         "checkpoint by rougeL / bleu)", default=CLASSIFICATION)
     dataset: str | None = option(
         "local data folder or file (csv/tsv/json/jsonl/parquet/txt, or a save_to_disk folder), a datasets Hub "
-        "name (needs network or cache), or 'vader' / 'vader-3way' (built-in human-rated sentiment sentences)",
+        "name (needs network or cache), 'vader' / 'vader-3way' (built-in human-rated sentiment sentences), or "
+        "for seq2seq 'html-entities' / 'stdlib-docstrings' (built-in tasks from Python's standard library)",
         default=None)
     dataset_config: str | None = option(
         "dataset configuration name; for vader: comma-separated sources (tweets,movies,amazon,nyt)", default=None)
@@ -393,6 +426,12 @@ class FinetuneArguments(RunArguments):
         "(no update from it) and count it", default="stop")
     bf16: bool = option("bfloat16 mixed precision", default=False)
     use_cpu: bool = option("train on the CPU even when a GPU is available", default=False)
+    compile: bool = option(
+        "compile the model with torch.compile (dynamic shapes: batches of other lengths do not recompile); a model "
+        "that cannot compile trains eagerly, with a warning naming it", default=False)
+    compile_backend: str = option(
+        "torch.compile backend of --compile: inductor (the default, the fast one) or another registered backend "
+        "(aot_eager and eager compile quickly, for checking that a model traces)", default="inductor")
     dataloader_num_workers: int = option("data loading worker processes", default=0)
     report_to: str = option("experiment trackers for Trainer ('none', 'tensorboard', 'wandb', ...)", default="none")
     disable_tqdm: bool = option("hide progress bars", default=False)
@@ -413,7 +452,7 @@ class FinetuneArguments(RunArguments):
             raise FinetuneError(f"--task {self.task!r} is not a finetuning task; choose one of "
                                 f"{', '.join(FINETUNE_TASKS)}.")
         if self.dataset is None and self.train_file is None:
-            raise FinetuneError("No data: pass --dataset (folder, file, Hub name or 'vader') or --train_file.")
+            raise FinetuneError("No data: pass --dataset (folder, file, Hub name, 'vader' or 'html-entities') or --train_file.")
         if self.dataset is not None and self.train_file is not None:
             raise FinetuneError("Pass either --dataset or --train_file/--validation_file/--test_file, not both.")
         if self.merge and not self.lora:
@@ -439,6 +478,7 @@ class FinetuneArguments(RunArguments):
             raise FinetuneError(f"--learning_rate must be > 0, got {self.learning_rate}.")
         if self.nan_policy not in ("stop", "skip"):
             raise FinetuneError(f"--nan_policy must be stop or skip, got {self.nan_policy!r}.")
+        _check_compile_backend(self)
         if self.max_steps <= 0 and self.num_train_epochs <= 0:
             raise FinetuneError("Set --num_train_epochs > 0 or --max_steps > 0.")
         if self.task == QUESTION_ANSWERING and not 0 <= self.doc_stride < self.max_seq_length // 2:

@@ -1,7 +1,8 @@
 """Checkpoints of a pretraining run: atomic writes, rotation, validation, exact restore, export.
 
-`make_checkpointer` gives a run its checkpoint component (`Checkpointer`, or `DeepSpeedCheckpointer` for a
-DeepSpeed engine): the one place where the two backends save, load and export differently.
+`make_checkpointer` gives a run its checkpoint component (`Checkpointer`; `DeepSpeedCheckpointer` for a
+DeepSpeed engine; `FSDPCheckpointer` for a model sharded by FSDP2): the one place where the backends save, load
+and export differently.
 
 Layout of `OUTPUT/checkpoints/step_N/` (written as `step_N.tmp/`, renamed when complete):
 
@@ -10,7 +11,9 @@ Layout of `OUTPUT/checkpoints/step_N/` (written as `step_N.tmp/`, renamed when c
                                 weight once (without DeepSpeed; `save_model_state`)
     optimizer.safetensors       optimizer tensors; optimizer.json: its other fields (without DeepSpeed)
     deepspeed/                  the DeepSpeed engine's own checkpoint (ZeRO partitions, its optimizer)
-    config.json                 the model config (with DeepSpeed, for validation)
+    fsdp/                       FSDP2: each process's shard of the model (model_<rank>.safetensors) and of the
+                                optimizer state (optimizer_<rank>.safetensors + optimizer_<rank>.json)
+    config.json                 the model config (with DeepSpeed or FSDP, for validation)
     rng_<rank>.safetensors      torch RNG states; rng_<rank>.json: Python/NumPy RNG and data-stream state
     objective_state_<rank>.safetensors   a stateful objective's state (e.g. XLNet memories)
 
@@ -36,6 +39,7 @@ FORMAT_VERSION = 1
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "trainer_state.json"
 DEEPSPEED_TAG = "deepspeed"  # the folder (DeepSpeed "tag") the engine writes its own checkpoint to
+FSDP_DIR = "fsdp"  # the folder of the per-process shards of an FSDP2 run
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 # Config fields that do not change the model (bookkeeping written by transformers).
 _CONFIG_BOOKKEEPING = {"transformers_version", "architectures", "_name_or_path", "dtype", "torch_dtype",
@@ -44,7 +48,7 @@ _CONFIG_BOOKKEEPING = {"transformers_version", "architectures", "_name_or_path",
 # Settings that must match for a resumed run to continue exactly where the checkpoint stopped.
 RESUME_SETTINGS = ("arch", "objective", "seed", "world_size", "per_device_train_batch_size",
                    "gradient_accumulation_steps", "batch_size_warmup_steps", "max_seq_length", "num_train_examples",
-                   "deepspeed", "teacher")
+                   "deepspeed", "fsdp", "teacher")
 
 
 class CheckpointError(ValueError):
@@ -176,6 +180,10 @@ def validate_checkpoint(path: Path, config, settings: dict[str, Any], world_size
     if settings.get("deepspeed"):
         if not (path / DEEPSPEED_TAG).is_dir():
             raise CheckpointError(f"{path} has no DeepSpeed state (deepspeed/). Pick another checkpoint.")
+    elif settings.get("fsdp"):
+        for r in range(world_size):
+            _check_safetensors(path / FSDP_DIR / f"model_{r}.safetensors")
+            _check_safetensors(path / FSDP_DIR / f"optimizer_{r}.safetensors")
     else:
         _check_safetensors(path / "model" / "model.safetensors")
         _check_safetensors(path / "optimizer.safetensors")
@@ -191,26 +199,39 @@ def validate_checkpoint(path: Path, config, settings: dict[str, Any], world_size
 # Pieces: optimizer, RNG, objective state
 # ----------------------------------------------------------------------------------------------
 
-def save_optimizer(optimizer: torch.optim.Optimizer, folder: Path) -> None:
-    """The optimizer's tensors as safetensors and the rest (param groups, scalars) as JSON."""
+def save_optimizer(optimizer: torch.optim.Optimizer, folder: Path, stem: str = "optimizer") -> None:
+    """The optimizer's tensors as safetensors and the rest (param groups, scalars) as JSON (`stem`.safetensors,
+    `stem`.json). A tensor sharded by FSDP2 (a DTensor) is written as this process's shard, and named in the JSON
+    (`sharded`) so that `load_optimizer` makes it a DTensor again."""
     state_dict = optimizer.state_dict()
-    tensors, scalars = {}, {}
+    tensors, scalars, sharded = {}, {}, []
     for pid, entry in state_dict["state"].items():
         for key, value in entry.items():
             if torch.is_tensor(value):
-                tensors[f"state.{pid}.{key}"] = value.detach().cpu().contiguous()
+                name = f"state.{pid}.{key}"
+                if _is_dtensor(value):
+                    value = value.to_local()
+                    sharded.append(name)
+                tensors[name] = value.detach().cpu().contiguous()
             else:
                 scalars.setdefault(str(pid), {})[key] = value
-    save_file(tensors, str(folder / "optimizer.safetensors"))
-    _write_json(folder / "optimizer.json", {"param_groups": state_dict["param_groups"], "scalars": scalars})
+    save_file(tensors, str(folder / f"{stem}.safetensors"))
+    _write_json(folder / f"{stem}.json", {"param_groups": state_dict["param_groups"], "scalars": scalars,
+                                          "sharded": sharded})
 
 
-def load_optimizer(optimizer: torch.optim.Optimizer, folder: Path) -> None:
-    tensors = load_file(str(folder / "optimizer.safetensors"))
-    meta = json.loads((folder / "optimizer.json").read_text())
+def load_optimizer(optimizer: torch.optim.Optimizer, folder: Path, stem: str = "optimizer") -> None:
+    """Restore what `save_optimizer` wrote; a shard (named in `sharded`) becomes a DTensor laid out as the
+    parameter it belongs to (the checkpoint and this run have the same processes and sharding)."""
+    tensors = load_file(str(folder / f"{stem}.safetensors"))
+    meta = json.loads((folder / f"{stem}.json").read_text())
+    params = [p for group in optimizer.param_groups for p in group["params"]]  # the order of the state's ids
+    sharded = set(meta.get("sharded", ()))
     state: dict[int, dict] = {}
     for name, value in tensors.items():
         _, pid, key = name.split(".", 2)
+        if name in sharded:
+            value = _as_shard_of(params[int(pid)], value)
         state.setdefault(int(pid), {})[key] = value
     for pid, entry in meta["scalars"].items():
         state.setdefault(int(pid), {}).update(entry)
@@ -219,6 +240,25 @@ def load_optimizer(optimizer: torch.optim.Optimizer, folder: Path) -> None:
         if "betas" in group:
             group["betas"] = tuple(group["betas"])
     optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def _is_dtensor(value) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(value, DTensor)
+
+
+def _local(value: torch.Tensor) -> torch.Tensor:
+    """This process's part of a tensor: the local shard of a DTensor, the tensor itself otherwise."""
+    return value.to_local() if _is_dtensor(value) else value
+
+
+def _as_shard_of(param, local: torch.Tensor) -> torch.Tensor:
+    """`local` (this process's shard) as a DTensor sharded like `param`."""
+    from torch.distributed.tensor import DTensor
+
+    return DTensor.from_local(local.to(param.device), param.device_mesh, param.placements, run_check=False,
+                              shape=param.shape, stride=param.stride())
 
 
 def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -377,6 +417,39 @@ def load_fitting_state(model: torch.nn.Module, state_dict: dict[str, torch.Tenso
         model.tie_weights()
 
 
+def save_model_shard(model: torch.nn.Module, file: Path) -> None:
+    """This process's shard of an FSDP2 model's state dict (the local part of every DTensor; unsharded buffers
+    whole), each tied weight once, as safetensors: no process gathers the whole model."""
+    tied = tied_names(model)
+    state = {k: _local(v).detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in tied}
+    save_file(state, str(file), metadata={"format": "pt"})
+
+
+def load_model_shard(model: torch.nn.Module, file: Path) -> None:
+    """Copy `save_model_shard`'s file into this process's shard of `model` (same processes and sharding)."""
+    saved = load_file(str(file))
+    tied = tied_names(model)
+    current = model.state_dict()  # the DTensors share their local storage with the sharded parameters
+    missing = [k for k in current if k not in saved and k not in tied]
+    unexpected = [k for k in saved if k not in current]
+    wrong = [k for k in saved if k in current and _local(current[k]).shape != saved[k].shape]
+    if missing or unexpected or wrong:
+        raise CheckpointError(f"The model shard {file} does not fit the model: missing {missing[:5]}, unexpected "
+                              f"{unexpected[:5]}, other shapes {wrong[:5]}. Resume with the processes and --fsdp "
+                              "sharding the checkpoint was written with.")
+    with torch.no_grad():
+        for name, value in saved.items():
+            _local(current[name]).copy_(value)
+
+
+def gather_full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The whole state dict of an FSDP2 model, gathered on the CPU of the main process (an empty dict on the
+    others). Every process must call it: it all-gathers every shard."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
 def tied_names(model: torch.nn.Module) -> set[str]:
     """Names of parameters that share storage with another, earlier-named parameter."""
     seen: dict[int, str] = {}
@@ -397,7 +470,8 @@ def tied_names(model: torch.nn.Module) -> set[str]:
 class Checkpointer:
     """Saves, restores and exports the model and optimizer of one pretraining run (one process or DDP).
 
-    `DeepSpeedCheckpointer` is the same interface for a DeepSpeed engine; `make_checkpointer` picks one,
+    `DeepSpeedCheckpointer` and `FSDPCheckpointer` are the same interface for a DeepSpeed engine and an FSDP2
+    model; `make_checkpointer` picks one,
     so the training loop has no backend branches. Every process calls every method (they wait for each
     other inside); only the main process writes the shared files. Accelerate's `save_state`/`load_state`
     are not used: they write pickles in another layout, and this layout (module docstring) is what
@@ -485,6 +559,38 @@ class DeepSpeedCheckpointer(Checkpointer):
         return model
 
 
+class FSDPCheckpointer(Checkpointer):
+    """The `Checkpointer` of a model sharded by FSDP2 (`fully_shard`, through Accelerate's FSDP plugin): every
+    process writes and reads only its own shard of the parameters and of the optimizer state (`fsdp/`, as
+    safetensors + JSON), so no process ever holds the whole model or optimizer for a checkpoint. A checkpoint
+    resumes with the same number of processes (a resume setting) and sharding. The final model is the full
+    state dict gathered from the shards at the end (`gather_full_state_dict`), written by `save_pretrained`."""
+
+    def restore(self, path: Path, model, optimizer, *, prepared: bool) -> None:
+        if prepared:  # the shards exist only after `accelerator.prepare` has sharded the model
+            rank, folder = self.accelerator.process_index, path / FSDP_DIR
+            load_model_shard(model, folder / f"model_{rank}.safetensors")
+            load_optimizer(getattr(optimizer, "optimizer", optimizer), folder, stem=f"optimizer_{rank}")
+
+    def write_model(self, tmp: Path, model, unwrapped, optimizer) -> None:
+        rank, folder = self.accelerator.process_index, tmp / FSDP_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        save_model_shard(unwrapped, folder / f"model_{rank}.safetensors")
+        save_optimizer(getattr(optimizer, "optimizer", optimizer), folder, stem=f"optimizer_{rank}")
+        if self.accelerator.is_main_process:
+            unwrapped.config.to_json_file(str(tmp / "config.json"))  # read by `validate_checkpoint`
+
+    def export(self, unwrapped, model_class, last_saved: int | None, *, fresh=None, write=None):
+        state_dict = gather_full_state_dict(unwrapped)
+        model = None
+        if self.accelerator.is_main_process:
+            model = fresh() if fresh is not None else model_class(unwrapped.config)
+            load_fitting_state(model, state_dict, "The state dict gathered from the FSDP shards does not fit")
+            model = _write(write, model, self.output_dir)
+        self.accelerator.wait_for_everyone()
+        return model
+
+
 def _write(write, model, folder: Path):
     if write is None:
         model.save_pretrained(folder)
@@ -492,9 +598,12 @@ def _write(write, model, folder: Path):
     return write(model, folder)
 
 
-def make_checkpointer(output_dir: str | Path, accelerator, keep: int | None, deepspeed: bool) -> Checkpointer:
-    """The checkpoint component of a run: `DeepSpeedCheckpointer` under DeepSpeed, else `Checkpointer`."""
-    return (DeepSpeedCheckpointer if deepspeed else Checkpointer)(output_dir, accelerator, keep)
+def make_checkpointer(output_dir: str | Path, accelerator, keep: int | None, deepspeed: bool,
+                      fsdp: bool = False) -> Checkpointer:
+    """The checkpoint component of a run: `DeepSpeedCheckpointer` under DeepSpeed, `FSDPCheckpointer` under
+    FSDP2, else `Checkpointer`."""
+    kind = DeepSpeedCheckpointer if deepspeed else FSDPCheckpointer if fsdp else Checkpointer
+    return kind(output_dir, accelerator, keep)
 
 
 def export_deepspeed_checkpoint(path: Path, model_class, config, out: Path):

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..data import seq2seq as seq2seq_data
 from ..hub.cards import finetune_card_fields, finetune_provenance, name_base_model_in_adapter_card
 from ..hub.repo_id import check_model_id, check_repo_id
 from ..models.hub_loading import CheckpointSourceError, resolve_checkpoint
@@ -86,7 +87,8 @@ from .finetune_tasks import (
 logger = logging.getLogger(__name__)
 
 from .arguments import DEFAULT_LORA_TARGETS  # noqa: E402  (the default of --lora_target_modules)
-BUILTIN_DATASETS = ("vader", "vader-3way")  # hf_xfmr.data.labelled
+VADER_DATASETS = ("vader", "vader-3way")  # hf_xfmr.data.labelled
+BUILTIN_DATASETS = (*VADER_DATASETS, *seq2seq_data.BUILTIN_DATASETS)  # and hf_xfmr.data.seq2seq's tasks
 DEFAULT_BEST_METRIC = {CLASSIFICATION: "accuracy", TAGGING: "f1", QUESTION_ANSWERING: "f1", CAUSAL_LM: "loss",
                        **seq2seq.DEFAULT_METRIC}
 DATA_BUILDERS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet",
@@ -152,7 +154,9 @@ def load_finetune_data(args: FinetuneArguments):
     if args.train_file is not None:
         return _load_files({"train": args.train_file, "validation": args.validation_file, "test": args.test_file})
     source = args.dataset
-    if source in BUILTIN_DATASETS:
+    if source in seq2seq_data.BUILTIN_DATASETS:
+        return seq2seq_data.builtin_dataset(source)
+    if source in VADER_DATASETS:
         from ..data.labelled import load_vader_sentiment
 
         sources = args.dataset_config.split(",") if args.dataset_config else None
@@ -1096,6 +1100,13 @@ def finetune(args: FinetuneArguments, *, dataset=None, tokenizer=None) -> Finetu
     if args.chat_template is not None:  # used to render the chats, and saved with the tokenizer
         tokenizer.chat_template = _chat_template(args.chat_template)
     model, collator = _build_model(args, data, tokenizer, out)
+    if args.compile:  # in place (Trainer, PEFT and the saved model see the plain module): see compiled.compile_model
+        from .compiled import compile_model
+
+        try:
+            compile_model(model, args.compile_backend)
+        except ValueError as err:
+            raise FinetuneError(str(err)) from None
     trainer = _build_trainer(args, model, tokenizer, collator, data, out)
     metrics = _train_and_evaluate(trainer, args, data, given_dataset=dataset is not None, resume=resume)
     model, dirs = _save_model(trainer, tokenizer, args, metrics, out)

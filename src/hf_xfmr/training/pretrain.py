@@ -6,22 +6,25 @@
 
 The same function runs in one process, under `accelerate launch` / `torchrun` (DDP; gloo on CPU) and
 under DeepSpeed ZeRO-2/3 (`--deepspeed zero2|zero3|FILE.json`, or an Accelerate config with a DeepSpeed
-section). `pretrain` builds a `Pretrainer` (the run object, in the shape of torchtitan's trainer) and runs
-it. What happens, in order:
+section) and under FSDP2 (`--fsdp full_shard|shard_grad_op|FILE.yaml`: Accelerate's FSDP plugin, torch's
+`fully_shard`; on CPU too). `pretrain` builds a `Pretrainer` (the run object, in the shape of torchtitan's
+trainer) and runs it. What happens, in order:
 
 1. resolve the architecture and objective; check the output folder and, with `--resume`, the checkpoint
    (all before anything is written, so a bad checkpoint or setting leaves the folder untouched);
 2. load documents, train or load the tokenizer, build examples with the objective's builder, check
    that a global micro-batch fits the data;
 3. build the model (a preset + overrides, or `--model_path`), the optimizer, then `accelerator.prepare`
-   (steps 1-3: `Pretrainer.setup`, which continues a checkpoint with `Pretrainer.resume`);
+   (with `--compile` the model's forward is compiled in place first: `compile_model`) (steps 1-3:
+   `Pretrainer.setup`, which continues a checkpoint with `Pretrainer.resume`);
 4. per optimizer step (`Pretrainer.train_step`): set the scheduled learning rate, run
    `micro_batches_per_step` micro-batches (gradients synchronised on the last only), check the loss on
-   every process, clip, step; then log, evaluate (`evaluate`) and checkpoint (`save`) on schedule;
+   every process, clip, step; then log (with the model FLOPs and MFU: `logs.ModelFlops`), evaluate (`evaluate`)
+   and checkpoint (`save`) on schedule;
 5. write the final model (safetensors, consolidated from ZeRO partitions in fp32 under DeepSpeed) and
    the tokenizer into the output folder; optionally publish it (`--push_to_hub`).
 
-Plain / DDP and DeepSpeed runs differ only in how the model and optimizer are checkpointed, restored and
+Plain / DDP, DeepSpeed and FSDP runs differ only in how the model and optimizer are checkpointed, restored and
 exported: `checkpoint.make_checkpointer` gives the run one component that does it, so the loop has no
 backend branches.
 
@@ -64,7 +67,9 @@ from .batches import (
     to_device,
     train_batches,
 )
-from .logs import LOG_FILE, RunLog
+from .compiled import compile_model
+from .fsdp import make_fsdp_plugin, pin_fsdp, prepare_fsdp, unpin_fsdp, using_fsdp
+from .logs import LOG_FILE, ModelFlops, RunLog
 from .objectives import (
     Objective,
     ObjectiveSettings,
@@ -131,7 +136,7 @@ class PretrainRun:
     optimizer: torch.optim.Optimizer
     tokenizer: Any
     objective: Objective
-    unwrapped_model: torch.nn.Module  # the model without its DDP / DeepSpeed wrapper (same parameters)
+    unwrapped_model: torch.nn.Module  # the model without its DDP / DeepSpeed wrapper (FSDP2: the sharded model)
     step: int = 0
     objective_state: dict = field(default_factory=dict)
 
@@ -143,7 +148,7 @@ class PretrainResult:
     output_dir: the run folder; model_dir: where the final model + tokenizer are (`from_pretrained` it);
     log_path: the JSON-lines log; final_loss: training loss of the last step (mean over micro-batches
     and processes); eval_metrics: the last evaluation; counters: batches without targets, skipped steps;
-    model: the trained model (unwrapped; under DeepSpeed the consolidated copy on the main process).
+    model: the trained model (unwrapped; under DeepSpeed or FSDP the consolidated copy on the main process).
     """
 
     output_dir: Path
@@ -176,13 +181,8 @@ def shipped_deepspeed_configs() -> list[str]:
 def resolve_deepspeed_config(value: str, source: str = "--deepspeed") -> Path:
     """The DeepSpeed JSON file meant by `value`: a shipped config by name (zero2, zero3), or a file path
     (relative to the current folder). Raises a ValueError naming `source` when it is neither."""
-    names = shipped_deepspeed_configs()
-    path = DEEPSPEED_CONFIGS / f"{value}.json" if value in names else Path(value).expanduser()
-    if not path.is_file():
-        raise ValueError(
-            f"{source} {value}: neither a DeepSpeed config shipped with hf_xfmr ({', '.join(names)}) nor an existing "
-            f"file (a relative path is read from the current folder, {os.getcwd()}). Name a shipped config "
-            "(e.g. --deepspeed zero2) or give the path of a DeepSpeed JSON config.")
+    path = shipped_or_path(value, DEEPSPEED_CONFIGS, ".json", source=source, kind="a DeepSpeed",
+                           example="e.g. --deepspeed zero2", file="a DeepSpeed JSON config")
     try:
         config = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -225,7 +225,15 @@ def make_accelerator(args: PretrainArguments, *, find_unused_parameters: bool = 
     cpu = force_cpu or not torch.cuda.is_available()
     if cpu and args.mixed_precision == "fp16":
         raise ValueError("--mixed_precision fp16 needs a GPU (CPU autocast runs in bfloat16); use bf16 on CPU.")
-    deepspeed = _using_deepspeed(args)
+    deepspeed, fsdp = _using_deepspeed(args), using_fsdp(args)
+    if deepspeed and fsdp:
+        raise ValueError("FSDP and DeepSpeed both shard the model: choose one (--fsdp or --deepspeed, or an "
+                         "Accelerate config for one of them, not both).")
+    if fsdp and "LOCAL_RANK" not in os.environ:
+        raise ValueError(
+            "FSDP runs in processes started by a launcher (it shards the model across a process group): "
+            "accelerate launch --multi_gpu --num_processes N -m hf_xfmr.cli pretrain --fsdp ... or "
+            "torchrun --standalone --nproc_per_node N -m hf_xfmr.cli pretrain --fsdp ... (N=1: one process).")
     ds_file = deepspeed_config_file(args)
     if deepspeed and "LOCAL_RANK" not in os.environ:
         raise ValueError(
@@ -255,6 +263,7 @@ def make_accelerator(args: PretrainArguments, *, find_unused_parameters: bool = 
     # group (PartialState) is kept.
     from accelerate.state import AcceleratorState, GradientState
 
+    unpin_fsdp()
     AcceleratorState._reset_state(reset_partial_state=False)
     GradientState._reset_state()
     plugin = None
@@ -264,12 +273,21 @@ def make_accelerator(args: PretrainArguments, *, find_unused_parameters: bool = 
         # the Accelerate config asks for it (zero3_init_flag).
         zero3_init = os.environ.get("ACCELERATE_DEEPSPEED_ZERO3_INIT", "false").lower() == "true"
         plugin = DeepSpeedPlugin(hf_ds_config=str(ds_file), zero3_init_flag=zero3_init)
+    fsdp_plugin = make_fsdp_plugin(args) if fsdp else None
+    launched_fsdp = os.environ.get("ACCELERATE_USE_FSDP")
     try:
         # DeepSpeed finds the CPU itself; Accelerator(cpu=True) would switch DeepSpeed off.
         accelerator = Accelerator(cpu=cpu and not deepspeed, mixed_precision=mixed, kwargs_handlers=handlers,
-                                  deepspeed_plugin=plugin)
+                                  deepspeed_plugin=plugin, fsdp_plugin=fsdp_plugin)
     except (ValueError, RuntimeError) as err:
         raise ValueError(f"Cannot set up training (--mixed_precision {args.mixed_precision}): {err}") from None
+    finally:  # Accelerate marks the process as FSDP for good when given a plugin: a later run may not be
+        if launched_fsdp is None:
+            os.environ.pop("ACCELERATE_USE_FSDP", None)
+        else:
+            os.environ["ACCELERATE_USE_FSDP"] = launched_fsdp
+    if fsdp_plugin is not None:
+        pin_fsdp(accelerator, fsdp_plugin, mixed)
     if launched > 1 and accelerator.num_processes != launched:
         raise RuntimeError(
             f"{launched} processes were launched but each one trains alone (distributed type "
@@ -293,7 +311,7 @@ def _config_fields(config_class) -> set[str]:
 
 
 # One `key=value` parser for the package (hf_xfmr.options); re-exported here, where it always was.
-from ..options import parse_config_overrides  # noqa: E402
+from ..options import parse_config_overrides, shipped_or_path  # noqa: E402
 
 
 def resolve_objective(args: PretrainArguments):
@@ -595,6 +613,7 @@ class LogWindow:
     steps: int = 0  # steps that had a loss
     terms: dict[str, tuple[float, int]] = field(default_factory=dict)  # `logged_outputs`: (sum, steps)
     tokens: float = 0
+    optimizer_steps: int = 0
     start: float = field(default_factory=time.perf_counter)  # evaluation and checkpoint time are left out
 
 
@@ -606,7 +625,7 @@ class Pretrainer:
 
     `train` runs `train_step` until --max_steps, logging, evaluating (`evaluate`) and checkpointing
     (`save`) on schedule, then exports the final model; `setup` continues a checkpoint with `resume`. How
-    the model and optimizer are saved, restored and exported (plain / DDP or DeepSpeed) is the
+    the model and optimizer are saved, restored and exported (plain / DDP, DeepSpeed or FSDP) is the
     `checkpointer`'s business (`checkpoint.make_checkpointer`). Callbacks see `self.run` (a `PretrainRun`).
     """
 
@@ -634,6 +653,7 @@ class Pretrainer:
         args = self.args
         self._resolve()
         self.deepspeed = _using_deepspeed(args)
+        self.fsdp = using_fsdp(args)
         if args.push_to_hub:  # a bad repo id is refused before training, not after it
             from hf_xfmr.hub import check_repo_id
 
@@ -667,7 +687,8 @@ class Pretrainer:
 
             self.args = dataclasses.replace(
                 args, model_path=str(resolve_checkpoint(args.model_path, revision=args.revision)))
-        self.checkpointer = ckpt.make_checkpointer(output_dir, accelerator, args.save_total_limit, self.deepspeed)
+        self.checkpointer = ckpt.make_checkpointer(output_dir, accelerator, args.save_total_limit, self.deepspeed,
+                                                   fsdp=self.fsdp)
 
     def _resolve(self) -> None:
         """What the run trains: `self.arch`, `self.objective` and `self.model_class` (the class of the module
@@ -768,7 +789,7 @@ class Pretrainer:
             "gradient_accumulation_steps": args.gradient_accumulation_steps,
             "batch_size_warmup_steps": args.batch_size_warmup_steps, "max_seq_length": args.max_seq_length,
             "num_train_examples": len(self.train_examples) if self.train_examples is not None else None,
-            "deepspeed": self.deepspeed,
+            "deepspeed": self.deepspeed, "fsdp": self.fsdp,
         }
         self.trainer_state: dict[str, Any] = {}
         if self.resume_path is not None:
@@ -779,6 +800,8 @@ class Pretrainer:
                                     weight_decay=args.weight_decay)
         if self.resume_path is not None:
             self.checkpointer.restore(self.resume_path, model, optimizer, prepared=False)
+        if args.compile:  # in place, before any wrapper: parameter names and checkpoints stay the plain model's
+            compile_model(model, args.compile_backend)
         return model, optimizer
 
     def _start(self, model, optimizer) -> None:
@@ -794,7 +817,11 @@ class Pretrainer:
             (self.output_dir / RUN_CONFIG).write_text(json.dumps(run_config, indent=1))
         if self.deepspeed:
             _fill_deepspeed_config(accelerator, args, self.world)
+        if self.fsdp:
+            prepare_fsdp(accelerator, model, optimizer)
         unwrapped = model
+        self.model_flops = ModelFlops(self._peak_flops() if self.is_main else None)
+        self.model_flops.per_token = self.trainer_state.get("flops_per_token")  # resumed: the count of the first run
         model, optimizer = accelerator.prepare(model, optimizer)
         self.run = PretrainRun(args, accelerator, model, optimizer, self.tokenizer, self.objective, unwrapped)
         data_state = self.resume(self.resume_path) if self.resume_path is not None else None
@@ -811,6 +838,25 @@ class Pretrainer:
         self.bar = tqdm(total=args.max_steps, initial=self.step, unit="step", dynamic_ncols=True,
                         desc=self._description(),
                         disable=not (self.is_main and args.progress_bar))
+
+    def _peak_flops(self) -> float | None:
+        """The peak FLOP/s of all processes together for the run's dtype, which the logged MFU divides by:
+        --peak_tflops, else `hf_xfmr.machine.peak_gflops` (HF_XFMR_PEAK_GFLOPS, else the matmul probe, measured
+        once per machine and cached); None (no MFU, with a note) when there is none for the device."""
+        from .. import machine
+
+        device, dtype = self.accelerator.device.type, machine.precision_dtype(self.accelerator.mixed_precision)
+        given = self.args.peak_tflops * 1000 if self.args.peak_tflops else None
+        try:
+            if device not in ("cpu", "cuda") and given is None:
+                raise ValueError(f"no matmul probe for {device} devices; pass --peak_tflops")
+            # The probe draws random matrices: on a forked RNG, so a run that probes trains as one that reads the cache.
+            with torch.random.fork_rng(devices=[self.accelerator.device] if device == "cuda" else []):
+                gflops = machine.peak_gflops(device, dtype, given=given, remeasure_busy=False)["gflops"]
+        except (RuntimeError, ValueError) as err:
+            print(f"note: no {dtype} peak for {device}, so no MFU in the log: {err}")
+            return None
+        return gflops * 1e9 * self.world
 
     def _description(self) -> str:
         """The progress bar's label."""
@@ -929,6 +975,7 @@ class Pretrainer:
                     total, count = self.window.terms.get(name, (0.0, 0))
                     self.window.terms[name] = (total + value, count + 1)
         self.window.tokens += stats.tokens
+        self.window.optimizer_steps += 1
         record = {"step": self.step, "loss": step_loss, **terms, "learning_rate": lr, "grad_norm": grad_norm,
                   "epoch": self.epoch()}
         for callback in self.callbacks:
@@ -956,9 +1003,11 @@ class Pretrainer:
         # Counted before the forward pass is queued: read after the backward one, the token count would make
         # the host wait for it instead of preparing the next micro-batch meanwhile.
         targets = count_targets(batch)
-        stats.tokens += count_tokens(batch)
+        tokens = count_tokens(batch)
+        stats.tokens += tokens
         accelerator.sync_gradients = last
-        with nullcontext() if last else accelerator.no_sync(run.model):
+        # The run's first micro-batch also counts the model's FLOPs (eagerly), for the log's MFU.
+        with nullcontext() if last else accelerator.no_sync(run.model), self.model_flops.measure(tokens):
             outputs = run.model(**objective.step_inputs(batch, run.objective_state))
             run.objective_state = objective.update_state(batch, outputs, run.objective_state)
             loss = outputs.loss
@@ -1005,10 +1054,12 @@ class Pretrainer:
                  **{name: window.terms[name][0] / window.terms[name][1] if name in window.terms else None
                     for name in self.objective.logged_outputs},
                  "learning_rate": record["learning_rate"], "grad_norm": record["grad_norm"],
-                 "tokens_per_second": window.tokens / elapsed, **self.counters}
+                 "tokens_per_second": window.tokens / elapsed,
+                 **self.model_flops.fields(window.tokens, window.optimizer_steps, elapsed), **self.counters}
         self.log.write(entry)
         self.bar.set_postfix(loss=f"{entry['loss']:.4f}" if entry["loss"] is not None else "-",
-                             tok_s=f"{entry['tokens_per_second']:.0f}")
+                             tok_s=f"{entry['tokens_per_second']:.0f}",
+                             **({"mfu": f"{entry['mfu']:.1%}"} if entry["mfu"] is not None else {}))
         self.window = LogWindow()
 
     def evaluate(self) -> dict[str, float]:
@@ -1025,7 +1076,8 @@ class Pretrainer:
         """A checkpoint of the current step, with everything `--resume` needs to continue exactly."""
         args, run, step = self.args, self.run, self.step
         trainer_state = {"step": step, "micro_batches": self.micro_batches, "epoch": self.epoch(),
-                         "counters": self.counters, "settings": self.resume_settings, "args": args.to_dict()}
+                         "counters": self.counters, "settings": self.resume_settings, "args": args.to_dict(),
+                         "flops_per_token": self.model_flops.per_token}  # the log's FLOP count, kept on resume
         path = self.checkpointer.save(
             step, run.model, run.unwrapped_model, run.optimizer, objective_state=run.objective_state,
             data_state=self.stream.state() if self.stream is not None else None, trainer_state=trainer_state,
