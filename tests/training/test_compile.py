@@ -66,13 +66,12 @@ class VaryBatches(PretrainCallback):
 
 
 # arch: (objective, config overrides). Without dropout: the compiled and the eager run draw no masks. The causal LMs
-# take the dense loss: the chunked one (layers/cross_entropy.py, a custom autograd Function over row chunks)
-# recompiles for each new B x T (until the recompile limit, after which `CompiledForward` falls back to eager);
-# pretraining's CLM rows all have --max_seq_length tokens, so it compiles once there.
+# keep their default chunked loss (layers/cross_entropy.py), which runs dense when compiled: its loop over row
+# chunks would make the graph depend on the number of rows, and recompile for each new B x T.
 FAMILIES = {
     "bert": ("mlm", "hidden_dropout_prob=0,attention_probs_dropout_prob=0"),
-    "gpt": ("clm", "resid_pdrop=0,embd_pdrop=0,attn_pdrop=0,chunked_lm_loss=false"),
-    "llama": ("clm", "attention_dropout=0,chunked_lm_loss=false"),
+    "gpt": ("clm", "resid_pdrop=0,embd_pdrop=0,attn_pdrop=0"),
+    "llama": ("clm", "attention_dropout=0"),
 }
 
 

@@ -91,12 +91,16 @@ def linear_cross_entropy(hidden, weight, bias=None, labels=None, *, ignore_index
     hidden (..., C), weight (V, C), bias (V,) or None, labels (...) with `ignore_index` for rows that
     do not count. Returns the float32 SUM over counted rows (divide by their number, or by a global
     token count, for the mean). Gradients flow to hidden, weight and bias exactly as through
-    `F.cross_entropy(F.linear(hidden, weight, bias).float(), labels, reduction="sum")`.
+    `F.cross_entropy(F.linear(hidden, weight, bias).float(), labels, reduction="sum")`, which is what runs under
+    torch.compile (a loop over chunks would make the graph depend on the number of rows).
     """
     hidden = hidden.reshape(-1, hidden.shape[-1])  # (N, C)
     labels = labels.reshape(-1)  # (N,)
     if hidden.shape[0] != labels.shape[0]:
         raise ValueError(f"hidden has {hidden.shape[0]} rows but labels has {labels.shape[0]} entries")
+    if torch.compiler.is_compiling():  # the chunk loop would specialize the graph on N: dense, fused by the compiler
+        logits = torch.nn.functional.linear(hidden, weight, bias).float()  # (N, V)
+        return torch.nn.functional.cross_entropy(logits, labels, ignore_index=ignore_index, reduction="sum")
     hidden, labels = _counted_rows(hidden, labels, ignore_index)
     return _LinearCrossEntropy.apply(hidden, weight, bias, labels, ignore_index, chunk_size)
 
