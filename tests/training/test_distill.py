@@ -27,15 +27,6 @@ from hf_xfmr.training.distill import (
 from ..conftest import WORDS
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny models gain nothing from threads, and on a busy machine OpenMP barriers stall them."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def bert_teacher(layers=4, vocab_size=120, **overrides):
     torch.manual_seed(0)
     config = XfmrBertConfig.from_preset("tiny", vocab_size=vocab_size, num_hidden_layers=layers,

@@ -49,14 +49,6 @@ def test_help_documents_the_recipe_and_options(capsys):
     assert "distill" in out
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_distill_end_to_end_from_a_transformers_teacher(teacher_dir, tmp_path, capsys, one_thread):
     teacher, text = teacher_dir
     out_dir = tmp_path / "student"

@@ -27,14 +27,6 @@ RECORDED_WEIGHT_SUM = 223.85324914322337  # the old loop's per-tensor AdamW; the
 WEIGHT_SUM_RTOL = 2e-6  # rounds differently: 8.3e-7 relative measured after the 8 steps
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _teacher(vocab_size, seed=0):
     torch.manual_seed(seed)
     config = XfmrBertConfig.from_preset("tiny", vocab_size=vocab_size, num_hidden_layers=4, max_position_embeddings=64,

@@ -8,14 +8,6 @@ import transformers
 from ..doc_snippets import run_checking_comments, snippet
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_distillation_snippet(tmp_path, monkeypatch, wordpiece_tokenizer, one_thread):
     torch.manual_seed(0)
     config = transformers.BertConfig(vocab_size=len(wordpiece_tokenizer), hidden_size=32, num_hidden_layers=4,

@@ -19,12 +19,7 @@ from hf_xfmr.training.logs import TIMING_FIELDS
 LENGTH = 96  # 12 blocks of 8: block-sparse (full attention up to (5 + 2 * 2) * 8 = 72 tokens)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # every test: tests/training/conftest.py
 
 
 @pytest.fixture

@@ -32,12 +32,7 @@ def bart_trains_gsg(monkeypatch):
                             dataclasses.replace(arch, objectives=arch.objectives + ("gsg",)))
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # every test: tests/training/conftest.py
 
 
 @pytest.fixture(scope="module")

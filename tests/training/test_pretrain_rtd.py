@@ -33,12 +33,7 @@ def electra_trains_rtd(monkeypatch):
                             dataclasses.replace(arch, objectives=arch.objectives + ("rtd",)))
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # every test: tests/training/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -155,6 +155,19 @@ class SharedInputEmbeddings:
     def set_input_embeddings(self, value):
         self.shared = value
 
+    def build_shared_embeddings(self, config) -> None:
+        """`shared` (V, d_model) with its padding row, and `embed_scale`: sqrt(d_model) with `scale_embedding`."""
+        self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+
+
+def run_encoder_unless_given(model, encoder_outputs, input_ids, attention_mask, inputs_embeds, output_attentions,
+                             output_hidden_states) -> BaseModelOutput:
+    """`encoder_outputs` as a `BaseModelOutput` (a tuple is wrapped), or `model.run_encoder(...)`'s when None."""
+    if encoder_outputs is None:
+        return model.run_encoder(input_ids, attention_mask, inputs_embeds, output_attentions, output_hidden_states)
+    return encoder_outputs if isinstance(encoder_outputs, BaseModelOutput) else BaseModelOutput(*encoder_outputs)
+
 
 def check_padding_mask(name, mask, embeds, values=True):
     """A 2-D padding mask: one 0/1 entry per token of `embeds` (B, T, C), or a ready-made (B, 1, T, T) one;
@@ -181,8 +194,7 @@ class SharedEmbeddingsEncoderDecoder(SharedInputEmbeddings):
 
     def __init__(self, config):
         super().__init__(config)
-        self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.build_shared_embeddings(config)
         self.encoder = self.build_encoder(config)
         self.decoder = self.build_decoder(config)
         self.post_init()
@@ -214,11 +226,8 @@ class SharedEmbeddingsEncoderDecoder(SharedInputEmbeddings):
             check_id_dtype("input_ids", input_ids)
             decoder_input_ids = shift_tokens_right(input_ids, config.pad_token_id, config.decoder_start_token_id)
         encoder_ran = encoder_outputs is None
-        if encoder_outputs is None:
-            encoder_outputs = self.run_encoder(input_ids, attention_mask, inputs_embeds, output_attentions,
-                                               output_hidden_states)
-        elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        encoder_outputs = run_encoder_unless_given(self, encoder_outputs, input_ids, attention_mask, inputs_embeds,
+                                                   output_attentions, output_hidden_states)
         if use_cache is None:
             use_cache = config.use_cache and not self.training
         if replayed_by_checkpointing(self.decoder.layers):  # the replay would write a cache twice
@@ -255,8 +264,7 @@ class DecoderAloneModel(SharedInputEmbeddings):
 
     def __init__(self, config):
         super().__init__(config)
-        self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.build_shared_embeddings(config)
         self.decoder = self.build_decoder(config)
         self.post_init()
 

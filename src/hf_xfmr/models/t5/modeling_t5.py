@@ -61,6 +61,7 @@ from ..seq2seq import (
     check_encoder_batch,
     cross_attention_mask,
     refuse_packed_decoder,
+    run_encoder_unless_given,
     seq2seq_model_output,
 )
 from .configuration_t5 import XfmrT5Config
@@ -390,11 +391,8 @@ class XfmrT5Model(XfmrT5EncoderModel):
         output_attentions, output_hidden_states, return_dict = self.output_flags(
             output_attentions, output_hidden_states, return_dict)
         encoder_ran = encoder_outputs is None
-        if encoder_outputs is None:
-            encoder_outputs = self.run_encoder(input_ids, attention_mask, inputs_embeds, output_attentions,
-                                               output_hidden_states)
-        elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        encoder_outputs = run_encoder_unless_given(self, encoder_outputs, input_ids, attention_mask, inputs_embeds,
+                                                   output_attentions, output_hidden_states)
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             raise ValueError(
                 "XfmrT5Model needs `decoder_input_ids` (or `decoder_inputs_embeds`): pass the targets shifted right "
