@@ -557,10 +557,12 @@ def commit(h: Handler, repo: str, revision: str):
             files[path] = Entry(size=len(data), data=data)
         elif key == "lfsFile":
             oid = value["oid"]
-            if oid in h.state.lfs:
-                files[path] = Entry(size=len(h.state.lfs[oid]), sha256=oid)
-            elif (found := h.state.xet_lookup(oid)) is not None:
+            # Xet first: when both stores hold the bytes (another repo uploaded them by LFS), a Xet client
+            # still gets the Xet entry it uploaded, as the Hub records per file how it was stored.
+            if (found := h.state.xet_lookup(oid)) is not None:
                 files[path] = Entry(size=found[1], sha256=oid, xet_hash=found[0])
+            elif oid in h.state.lfs:
+                files[path] = Entry(size=len(h.state.lfs[oid]), sha256=oid)
             else:
                 raise HubError(422, f"Your push was rejected because an LFS pointer pointed to a file that does not "
                                     f"exist: {path} ({oid})")
