@@ -33,8 +33,7 @@ def test_cpu_info_fields():
 def test_cpu_info_reads_proc_cpuinfo(tmp_path, monkeypatch):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nmodel name\t: Example Xeon\nflags\t\t: fpu avx2 avx512f amx_bf16 amx_tile\n")
-    real_path = machine.Path
-    monkeypatch.setattr(machine, "Path", lambda p: cpuinfo if p == "/proc/cpuinfo" else real_path(p))
+    monkeypatch.setattr("hf_xfmr.layers.bf16_products.CPUINFO", str(cpuinfo))
     info = machine.cpu_info()
     assert info["model"] == "Example Xeon"
     assert info["flags"] == {"amx_bf16": True, "amx_tile": True, "amx_int8": False, "avx512_bf16": False,
@@ -86,8 +85,10 @@ def test_a_peak_measured_on_a_busy_machine_is_measured_again(cache_dir, monkeypa
     assert machine.matmul_peak("fp32", 1, refresh=True) == 99.0
 
 
+@pytest.mark.parametrize("products", ["native", "fp32"])
 @pytest.mark.parametrize("fp32, bf16, expect", [(300.0, 150.0, True), (300.0, 2400.0, False), (300.0, 300.0, False)])
-def test_bf16_advice(cache_dir, monkeypatch, fp32, bf16, expect):
+def test_bf16_advice(cache_dir, monkeypatch, fp32, bf16, expect, products):
+    monkeypatch.setenv("HF_XFMR_BF16_PRODUCTS", products)
     peaks = {"fp32": fp32, "bf16": bf16}
     monkeypatch.setattr(machine, "matmul_peak", lambda dtype, threads=None, **kw: peaks[dtype])
     advice = machine.bf16_advice("cpu", threads=2)
@@ -95,6 +96,8 @@ def test_bf16_advice(cache_dir, monkeypatch, fp32, bf16, expect):
         assert f"{bf16:.1f} GFLOP/s in bf16" in advice and f"{fp32:.1f} GFLOP/s in fp32" in advice
         assert "--mixed_precision bf16" in advice and "--bf16" in advice and "2 thread" in advice
         assert "\n" not in advice
+        # With the products through the fp32 kernels (layers.bf16_products), the advice says so and how to undo it.
+        assert ("fp32 kernels" in advice and "HF_XFMR_BF16_PRODUCTS=native" in advice) == (products == "fp32")
     else:
         assert advice is None
     assert machine.bf16_advice("cuda") is None  # the probe is for CPUs

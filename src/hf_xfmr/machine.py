@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from .layers.bf16_products import BF16_PRODUCTS_ENV, proc_cpuinfo, products_in_fp32
+
 CPU_FLAGS = ("amx_bf16", "amx_tile", "amx_int8", "avx512_bf16", "avx512f", "avx2")
 DTYPE_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PEAK_ENV = "HF_XFMR_PEAK_GFLOPS"
@@ -36,29 +38,10 @@ CACHE_VERSION = 1
 # ----------------------------------------------------------------------------------------------
 
 
-def _proc_cpuinfo() -> tuple[str | None, set[str] | None]:
-    """(model name, flags) of the first processor in /proc/cpuinfo; (None, None) where there is none."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return None, None
-    model, flags = None, None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "model name" and model is None:
-            model = value.strip()
-        elif key in ("flags", "Features") and flags is None:  # x86 / ARM
-            flags = set(value.split())
-        if model is not None and flags is not None:
-            break
-    return model, flags
-
-
 def cpu_info() -> dict[str, Any]:
     """The CPU: model name, logical cores, the flags that decide bf16 speed (True / False; None where the OS
     does not say), torch's vector capability, torch version and intra-op threads."""
-    model, flags = _proc_cpuinfo()
+    model, flags = proc_cpuinfo()
     return {
         "model": model or platform.processor() or platform.machine(),
         "arch": platform.machine(),
@@ -290,9 +273,13 @@ def peak_gflops(device: str = "cpu", dtype: str | torch.dtype = "fp32", threads:
     stated = given_peak(dtype, given)
     if stated is not None:
         return {"gflops": stated, "source": "given"}
-    entry = _peak_entry(dtype, threads, device=device, refresh=False, size=None, remeasure_busy=remeasure_busy)
-    busy = bool(entry.get("busy"))
-    return {"gflops": float(entry["gflops"]), "source": "matmul probe, busy machine" if busy else "matmul probe"}
+    # bf16 autocast's products run on the fp32 kernels of a CPU without AMX (layers.bf16_products): their peak.
+    on_fp32 = torch.device(device).type == "cpu" and _dtype(dtype)[0] == "bf16" and products_in_fp32()
+    entry = _peak_entry("fp32" if on_fp32 else dtype, threads, device=device, refresh=False, size=None,
+                        remeasure_busy=remeasure_busy)
+    source = "matmul probe" + (", busy machine" if entry.get("busy") else "") + \
+        (", fp32: bf16 products run on the fp32 kernels here" if on_fp32 else "")
+    return {"gflops": float(entry["gflops"]), "source": source}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -311,9 +298,15 @@ def bf16_advice(device: str | torch.device = "cpu", threads: int | None = None) 
         return None
     info = cpu_info()
     amx = {True: "has", False: "has no", None: "may lack"}[info["flags"]["amx_bf16"]]
-    return (f"bf16 is slower than fp32 on this CPU ({info['model']}, which {amx} AMX): matrix products measured "
-            f"{bf16:.1f} GFLOP/s in bf16 against {fp32:.1f} GFLOP/s in fp32 with {threads} thread(s). Keep fp32 "
-            "for speed: drop --mixed_precision bf16 (pretrain) / --bf16 (finetune, distill, Trainer's bf16=True).")
+    measured = (f"this CPU ({info['model']}, which {amx} AMX) measured matrix products at {bf16:.1f} GFLOP/s in bf16 "
+                f"against {fp32:.1f} GFLOP/s in fp32 with {threads} thread(s)")
+    if products_in_fp32():
+        return (f"bf16 is not faster than fp32 here: {measured}, so hf_xfmr models run bf16 autocast's products "
+                f"through the fp32 kernels (same bf16 results; {BF16_PRODUCTS_ENV}=native for torch's bf16 kernels), "
+                "which costs 10-20% over an fp32 step: bf16 saves activation memory only. Keep fp32 for speed: drop "
+                "--mixed_precision bf16 (pretrain) / --bf16 (finetune, distill, Trainer's bf16=True).")
+    return (f"bf16 is slower than fp32: {measured}. Keep fp32 for speed: drop --mixed_precision bf16 (pretrain) / "
+            "--bf16 (finetune, distill, Trainer's bf16=True).")
 
 
 class SlowBf16Warning(UserWarning):

@@ -9,8 +9,10 @@ the three output switches of a forward (`output_flags`). An architecture states 
 on request.
 """
 
+from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 
+from ..layers.bf16_products import bf16_products, keep_bf16_products
 from ..layers.init import normal_init_
 from .load_hook import ConvertsOnLoad
 
@@ -38,6 +40,17 @@ class XfmrPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
         `set_attn_implementation` takes effect. (transformers guesses this from the modeling file's source,
         which names the interface only through `resolve_kernel`.)"""
         return True
+
+    def __call__(self, *args, **kwargs):
+        """The forward, with bf16 autocast's products through the fp32 kernels on CPUs without AMX
+        (`layers.bf16_products`: the same bf16 results, at the fp32 kernels' speed)."""
+        with bf16_products():
+            return super().__call__(*args, **kwargs)
+
+    def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=checkpoint,
+                                    every_n_layers: int = 1):
+        """transformers' switch, with the replayed layers running their products as the forward ran them."""
+        super()._set_gradient_checkpointing(enable, keep_bf16_products(gradient_checkpointing_func), every_n_layers)
 
     def _init_weights(self, module):
         normal_init_(module, self.config.initializer_range)
