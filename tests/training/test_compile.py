@@ -137,6 +137,38 @@ def test_a_model_that_cannot_compile_trains_eagerly_with_one_warning(tokenizers,
     assert fallback.losses == eager.losses  # the same eager steps, bit for bit
 
 
+@pytest.mark.parametrize("products", ["fp32", "native"])
+def test_bf16_autocast_stays_eager_where_its_products_run_on_the_fp32_kernels(products, monkeypatch):
+    """On a CPU without AMX, bf16 autocast's products run on the fp32 kernels (layers.bf16_products), which a
+    compiled graph would not use: the compiled model runs those steps eagerly (one warning) and compiles fp32 ones.
+    With torch's bf16 kernels (`native`, or a CPU with AMX) the bf16 steps are compiled."""
+    from hf_xfmr.models.bert import XfmrBertConfig, XfmrBertForMaskedLM
+
+    monkeypatch.setenv("HF_XFMR_BF16_PRODUCTS", products)
+    torch._dynamo.reset()
+    GRAPHS.clear()
+    torch.manual_seed(0)
+    model = XfmrBertForMaskedLM(XfmrBertConfig.from_preset("tiny", vocab_size=50)).eval()  # no dropout
+    ids = torch.randint(5, 50, (2, 12))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        eager = model(input_ids=ids, labels=ids).loss
+    compile_model(model, "hf_xfmr_test_counting")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(input_ids=ids, labels=ids).loss
+    said = [str(w.message) for w in caught if issubclass(w.category, CompileFallbackWarning)]
+    if products == "fp32":
+        assert torch.equal(loss, eager) and not GRAPHS  # eager, nothing compiled
+        assert len(said) == 1 and "runs eagerly under bf16 autocast" in said[0] and "HF_XFMR_BF16_PRODUCTS" in said[0]
+        model(input_ids=ids, labels=ids)  # fp32: compiled
+        assert GRAPHS
+    else:
+        assert GRAPHS and not said
+    torch._dynamo.reset()
+
+
 def test_compile_model_is_in_place_and_idempotent():
     from hf_xfmr.models.bert import XfmrBertConfig, XfmrBertForMaskedLM
 

@@ -22,8 +22,8 @@ Which path: `HF_XFMR_BF16_PRODUCTS` = `auto` (the default: the fp32 kernels on a
 ones with AMX; on GPUs autocast is never touched), `fp32` (always the fp32 kernels on CPU) or `native`
 (torch's bf16 kernels: autocast exactly as torch runs it, the reference's behaviour). It applies to the
 forward of every hf_xfmr model (`XfmrPreTrainedModel.__call__` enters `bf16_products()`), to its backward, and
-to the layers gradient checkpointing replays (`keep_bf16_products`). A forward compiled by torch.compile is
-left to the compiler.
+to the layers gradient checkpointing replays (`keep_bf16_products`). A compiled graph cannot take this path
+(it would run torch's bf16 kernels): `--compile` keeps such bf16 steps eager and says so once.
 """
 
 import functools
@@ -152,6 +152,11 @@ def _active() -> bool:
     from torch.overrides import _get_current_function_mode_stack
 
     return any(isinstance(mode, Bf16ProductsInFp32) for mode in _get_current_function_mode_stack())
+
+
+def bf16_products_active() -> bool:
+    """Whether the products of a forward run now go to the fp32 kernels (inside `bf16_products()`)."""
+    return _cpu_bf16_autocast() and _active()
 
 
 def bf16_products():

@@ -6,6 +6,8 @@ import warnings
 
 import torch
 
+from ..layers.bf16_products import bf16_products_active
+
 class CompileFallbackWarning(UserWarning):
     """`--compile` was asked for, but torch.compile cannot compile the model: it runs eagerly."""
 
@@ -29,10 +31,21 @@ class CompiledForward:
         self.backend = backend
         self.compiled = torch.compile(self.eager, backend=backend, dynamic=True)
         self.error: BaseException | None = None  # the compilation error, once the model fell back to eager
+        self.said_bf16 = False  # the bf16-autocast fallback was announced
         functools.update_wrapper(self, self.eager)  # the forward's signature and docstring (Trainer reads them)
 
     def __call__(self, *args, **kwargs):
         if self.error is not None:
+            return self.eager(*args, **kwargs)
+        if bf16_products_active():
+            # The compiled graph would run torch's bf16 kernels, the slow ones on this CPU (4-9x the eager step,
+            # whose products run on the fp32 kernels: layers.bf16_products): bf16 autocast steps stay eager.
+            if not self.said_bf16:
+                self.said_bf16 = True
+                warnings.warn(f"--compile: {self.model_name} runs eagerly under bf16 autocast on this CPU: its "
+                              f"products run on the fp32 kernels there (no AMX; see HF_XFMR_BF16_PRODUCTS), which a "
+                              f"compiled graph cannot use; compiled, its bf16 step would take 4-9x as long. fp32 "
+                              f"steps are compiled.", CompileFallbackWarning, stacklevel=2)
             return self.eager(*args, **kwargs)
         from torch._dynamo import config, exc
 
