@@ -8,9 +8,9 @@ keep probability is exact to 2^-31):
 - the random bits come from numpy's PCG64DXSM generator, seeded for each call by one draw from torch's
   default generator (so `torch.manual_seed` makes the masks reproducible); it makes 32 random bits
   about 2.5x faster than `Tensor.random_()`'s Mersenne Twister;
-- `dropout` keeps the mask for backward as one byte per element (multiplying by a uint8 mask, then
-  scaling, is about 1.7x faster than `torch.where` on a bool one; torch's own CPU dropout keeps a
-  4-byte float mask);
+- `dropout` keeps the mask for backward as one bool per element and applies it with `torch.where`, then
+  scales (torch 2.13, 1 thread: 12-20% faster per forward + backward than multiplying by a uint8 mask, which
+  casts the mask to float first; torch's own CPU dropout keeps a 4-byte float mask);
 - `keep_mask` turns the integers into a float mask, 1 / (1 - p) where kept and 0 where dropped, with
   three in-place integer passes and no comparison, for kernels that apply a mask once and never keep it
   (`layers.fused_dropout`).
@@ -72,20 +72,20 @@ def keep_bool(shape, p: float, device=None) -> torch.Tensor:
 
 
 class _CPUDropout(torch.autograd.Function):
-    """Keeps the keep mask as one byte per element; forward and backward multiply by it, then scale."""
+    """Keeps the keep mask as one byte per element; forward and backward select by it, then scale."""
 
     @staticmethod
     def forward(ctx, x, p):
-        keep = keep_bool(x.shape, p, x.device).view(torch.uint8)  # (...) 0 or 1
+        keep = keep_bool(x.shape, p, x.device)  # (...) bool
         scale = 1.0 / (1.0 - p)
         ctx.save_for_backward(keep)
         ctx.scale = scale
-        return (x * keep).mul_(scale)
+        return torch.where(keep, x, 0.0).mul_(scale)
 
     @staticmethod
     def backward(ctx, grad):
         (keep,) = ctx.saved_tensors
-        return (grad * keep).mul_(ctx.scale), None
+        return torch.where(keep, grad, 0.0).mul_(ctx.scale), None
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
