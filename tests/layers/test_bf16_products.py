@@ -44,6 +44,7 @@ def _cases():
     return {
         "linear": (F.linear, (x, w, b), {}),
         "linear-no-bias": (F.linear, (x, w), {}),
+        "linear-keywords": (F.linear, (x,), {"weight": w, "bias": b}),
         "matmul": (torch.matmul, (a, c), {}),
         "@": (lambda s, o: s @ o, (a, c), {}),
         "bmm": (torch.bmm, (a, c), {}),

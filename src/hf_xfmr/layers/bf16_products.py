@@ -137,12 +137,11 @@ class Bf16ProductsInFp32(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if not _cpu_bf16_autocast() or not (func is F.linear or func in _PRODUCTS) or \
-                not any(isinstance(a, torch.Tensor) and a.device.type == "cpu" for a in args):
+                not any(isinstance(a, torch.Tensor) and a.device.type == "cpu" for a in (*args, *kwargs.values())):
             return func(*args, **kwargs)
         if func is F.linear:
-            x, weight, *rest = args
-            bias = rest[0] if rest else kwargs.get("bias")
-            return _Bf16Linear.apply(x, weight, bias)
+            named = dict(zip(("input", "weight", "bias"), args), **kwargs)
+            return _Bf16Linear.apply(named["input"], named["weight"], named.get("bias"))
         with torch.autocast("cpu", enabled=False):
             out = func(*_round(args), **{k: _round(v) for k, v in kwargs.items()})
         return out.to(torch.bfloat16) if isinstance(out, torch.Tensor) and out.is_floating_point() else out
