@@ -87,6 +87,9 @@ def parse_args(argv=None):
     group.add_argument("--pretrain-lr", type=float, default=2e-3)
     group.add_argument("--hidden-size", type=int, default=128, help="model width (heads of 32 dimensions)")
     group.add_argument("--layers", type=int, default=2)
+    group.add_argument("--discriminator-mlm-weight", type=float, default=0.0,
+                       help="RTD: weight of an auxiliary MLM loss on the discriminator (ELECTRA's "
+                            "`discriminator_mlm_weight`; 0 = the paper's objective; default: %(default)s)")
     group = parser.add_argument_group("finetuning (pretrained and from random weights alike)")
     group.add_argument("--seeds", type=int, default=3, help="finetuning seeds per model (default: %(default)s)")
     group.add_argument("--labelled", type=int, default=1000,
@@ -107,6 +110,8 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
+    if not args.discriminator_mlm_weight >= 0:
+        parser.error("--discriminator-mlm-weight must be >= 0 (0: ELECTRA's objective as in the paper)")
     if args.hidden_size % 32:
         parser.error("--hidden-size must be a multiple of 32 (heads of 32 dimensions)")
     if args.jobs is None:
@@ -120,6 +125,17 @@ def model_size(arch: str, hidden: int, layers: int) -> dict:
     if arch == "electra":  # embeddings as wide as the layers, as the other models have them
         size["embedding_size"] = hidden
     return size
+
+
+def config_overrides(arch: str, objective: str, args) -> dict:
+    """The config fields a run sets: its size, mean pooling (`--pooling mean`, where the architecture has it) and,
+    for RTD, the discriminator's auxiliary MLM weight where one is given."""
+    overrides = model_size(arch, args.hidden_size, args.layers)
+    if args.pooling == "mean":
+        overrides.update(MEAN_POOLING.get(arch, {}))
+    if objective == "rtd" and args.discriminator_mlm_weight:
+        overrides["discriminator_mlm_weight"] = args.discriminator_mlm_weight
+    return overrides
 
 
 def pretraining_documents(corpus: str) -> list[str]:
@@ -295,9 +311,7 @@ def main(argv=None) -> dict:
     for arch, objective in runs:
         tokenizer_dir = out / "tokenizers" / arch
         train_tokenizer(arch, tokenizer_text, vocab_size=args.vocab_size).save_pretrained(tokenizer_dir)
-        overrides = model_size(arch, args.hidden_size, args.layers)
-        if args.pooling == "mean":
-            overrides.update(MEAN_POOLING.get(arch, {}))
+        overrides = config_overrides(arch, objective, args)
         options = dict(
             arch=arch, objective=objective, preset="tiny", config_overrides=overrides, dataset=str(corpus_file),
             tokenizer=str(tokenizer_dir), max_seq_length=args.seq_len, per_device_train_batch_size=args.batch_size,

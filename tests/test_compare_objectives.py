@@ -82,3 +82,13 @@ def test_labelled_subset_is_fixed_and_spans_every_source(compare_objectives):
     whole = compare_objectives.labelled_data(None)
     assert len(first["test"]) == len(whole["test"]) and len(first["validation"]) == len(whole["validation"])
     assert set(first["train"]["id"]) <= set(whole["train"]["id"])
+
+
+def test_the_discriminator_mlm_weight_reaches_the_rtd_run_only(compare_objectives):
+    args = compare_objectives.parse_args(["--discriminator-mlm-weight", "2.5"])
+    assert compare_objectives.config_overrides("electra", "rtd", args)["discriminator_mlm_weight"] == 2.5
+    assert "discriminator_mlm_weight" not in compare_objectives.config_overrides("modernbert", "mlm", args)
+    default = compare_objectives.parse_args([])
+    assert "discriminator_mlm_weight" not in compare_objectives.config_overrides("electra", "rtd", default)
+    with pytest.raises(SystemExit):
+        compare_objectives.parse_args(["--discriminator-mlm-weight", "-1"])

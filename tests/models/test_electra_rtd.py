@@ -305,3 +305,99 @@ def test_bad_inputs_and_mismatched_parts_are_refused():
     with pytest.warns(UserWarning, match="differ from the discriminator's"):
         XfmrElectraForReplacedTokenDetection.from_parts(XfmrElectraForPreTraining(config),
                                                         XfmrElectraForMaskedLM(config.generator_config()))
+
+
+# -- the discriminator's auxiliary MLM loss (`discriminator_mlm_weight`, off by default) ---------------------------
+def test_mlm_weight_zero_is_the_paper_model_and_its_loss_exactly():
+    model = tiny_rtd()
+    assert model.config.discriminator_mlm_weight == 0.0 and not hasattr(model, "discriminator_lm_head")
+    assert not any("discriminator_lm_head" in name for name in model.state_dict())
+    ids, mask, types, labels = masked_batch()
+    torch.manual_seed(3)
+    out = model(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels)
+    assert out.discriminator_mlm_loss is None and out.discriminator_mlm_accuracy is None
+    disc = model.discriminator(input_ids=out.discriminator_input_ids, attention_mask=mask, token_type_ids=types,
+                               labels=out.replaced)
+    assert torch.equal(out.logits, disc.logits) and torch.equal(out.discriminator_loss, disc.loss)
+    assert torch.equal(out.loss, 1.0 * out.generator_loss + 50.0 * disc.loss)
+
+
+def test_mlm_weight_adds_the_discriminators_mlm_loss_and_leaves_the_rest_unchanged():
+    weight = 2.5
+    plain, aux = tiny_rtd(), tiny_rtd(discriminator_mlm_weight=weight)
+    missing, unexpected = plain.load_state_dict(aux.state_dict(), strict=False)
+    assert not missing and sorted(unexpected) == sorted(
+        f"discriminator_lm_head.{n}" for n in ("dense.weight", "dense.bias", "norm.weight", "norm.bias",
+                                               "decoder.weight", "decoder.bias"))
+    head = aux.discriminator_lm_head
+    assert head.decoder.weight is aux.discriminator.model.embeddings.word_embeddings.weight  # tied, shared
+    ids, mask, types, labels = masked_batch()
+    outputs = []
+    for model in (plain, aux):
+        torch.manual_seed(3)
+        outputs.append(model(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels))
+    first, second = outputs
+    for name in ("generator_loss", "discriminator_loss", "logits", "discriminator_input_ids", "replaced"):
+        assert torch.equal(getattr(first, name), getattr(second, name)), name
+
+    # The reference: the discriminator's hidden states at the masked positions through the head, cross-entropy
+    # against the original ids there.
+    hidden = aux.discriminator(input_ids=second.discriminator_input_ids, attention_mask=mask, token_type_ids=types,
+                               output_hidden_states=True).hidden_states[-1]  # (B, T, C)
+    masked = labels != -100
+    expected = torch.nn.functional.cross_entropy(head(hidden[masked]), labels[masked])
+    assert_close(second.discriminator_mlm_loss, expected, atol=ATOL, rtol=RTOL)
+    assert_close(second.loss, first.loss + weight * expected, atol=ATOL, rtol=RTOL)
+    assert 0.0 <= second.discriminator_mlm_accuracy <= 1.0
+
+    # It trains the discriminator's encoder and the shared embeddings, never the generator.
+    second.discriminator_mlm_loss.backward()
+    assert aux.discriminator.model.layers[0].attn.q_proj.weight.grad.abs().sum() > 0
+    assert aux.discriminator.model.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+    assert all(p.grad is None for n, p in aux.generator.named_parameters() if ".embeddings." not in f".{n}")
+
+
+def test_the_mlm_head_is_not_in_the_saved_discriminator(tmp_path):
+    from safetensors.torch import load_file
+
+    model = tiny_rtd(discriminator_mlm_weight=1.0).eval()
+    model.save_pretrained(tmp_path)
+    assert not any("discriminator_lm_head" in key for key in load_file(tmp_path / "generator" / "model.safetensors"))
+    expected = {k[len("discriminator."):] for k in model.state_dict() if k.startswith("discriminator.")}
+    assert set(load_file(tmp_path / "model.safetensors")) == expected
+    disc = XfmrElectraForPreTraining.from_pretrained(tmp_path)  # an ordinary discriminator
+    for name, value in disc.state_dict().items():
+        assert torch.equal(value, model.discriminator.state_dict()[name]), name
+    # Loaded to continue training: the parts come back, the head is built afresh (weight 0 leaves it out).
+    again = XfmrElectraForReplacedTokenDetection.from_pretrained(tmp_path)
+    assert again.config.discriminator_mlm_weight == 1.0 and hasattr(again, "discriminator_lm_head")
+    assert again.discriminator_lm_head.decoder.weight is again.discriminator.model.embeddings.word_embeddings.weight
+    for name, value in again.state_dict().items():  # building the head left the loaded weights alone
+        if not name.startswith("discriminator_lm_head."):
+            assert torch.equal(value, model.state_dict()[name]), name
+    off = XfmrElectraForReplacedTokenDetection.from_pretrained(tmp_path, discriminator_mlm_weight=0.0)
+    assert not hasattr(off, "discriminator_lm_head")
+
+
+@pytest.mark.parametrize("value", [-1.0, float("nan"), True])
+def test_a_bad_mlm_weight_is_refused(value):
+    with pytest.raises(ValueError, match="`discriminator_mlm_weight` must be a finite number >= 0"):
+        XfmrElectraConfig.from_preset("tiny", discriminator_mlm_weight=value)
+
+
+def test_the_mlm_weight_reaches_the_rtd_config_through_pretrain_options(tmp_path):
+    from hf_xfmr.data import train_tokenizer
+    from hf_xfmr.models import registry
+    from hf_xfmr.training import PretrainArguments
+    from hf_xfmr.training.objectives import get_objective
+    from hf_xfmr.training.pretrain import build_config
+
+    objective = get_objective("rtd")
+    assert objective.config_options["discriminator_mlm_weight"] == "discriminator_mlm_weight"
+    tokenizer = train_tokenizer("electra", ["the quick brown fox jumps over the lazy dog"] * 20, vocab_size=40)
+    args = PretrainArguments(arch="electra", objective="rtd", output_dir=str(tmp_path),
+                             config_overrides="discriminator_mlm_weight=3.0")
+    arch = registry.get_architecture("electra")
+    config = build_config(arch, objective.model_class(arch), tokenizer, objective, args)
+    assert config.discriminator_mlm_weight == 3.0
+    assert hasattr(XfmrElectraForReplacedTokenDetection(config), "discriminator_lm_head")

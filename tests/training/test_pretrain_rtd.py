@@ -155,10 +155,20 @@ def test_rtd_options_with_another_objective_are_refused(saved_tokenizer, tmp_pat
     ("generator_size_ratio", 0.0, "must be in \\(0, 1\\]"),
     ("generator_size_ratio", 1.5, "must be in \\(0, 1\\]"),
     ("discriminator_loss_weight", -1.0, "must be >= 0"),
+    ("discriminator_mlm_weight", -1.0, "must be >= 0"),
 ])
 def test_bad_rtd_options_name_the_option(field, value, message):
     with pytest.raises(ValueError, match=f"--{field} {message}"):
         PretrainArguments(arch="electra", objective="rtd", **{field: value})
+
+
+def test_the_discriminator_mlm_option_reaches_the_model_and_stays_out_of_the_export(saved_tokenizer, tmp_path):
+    out = tmp_path / "out"
+    result = pretrain(_args(saved_tokenizer, out, discriminator_mlm_weight=2.0, max_steps=2))
+    assert result.model.config.discriminator_mlm_weight == 2.0
+    assert hasattr(result.model, "discriminator_lm_head")
+    saved = load_file(out / "model.safetensors")  # the final export: the discriminator alone
+    assert saved and not any("lm_head" in name for name in saved)
 
 
 def test_continuing_from_a_checkpoint_takes_the_loss_weights_and_keeps_the_generator(saved_tokenizer, tmp_path):

@@ -168,6 +168,8 @@ class PretrainArguments(RunArguments):
     generator_loss_weight: float | None = option("rtd: weight of the generator's MLM loss (default 1)", None)
     discriminator_loss_weight: float | None = option(
         "rtd: weight of the discriminator's replaced-token loss (default 50)", None)
+    discriminator_mlm_weight: float | None = option(
+        "rtd: weight of an auxiliary MLM loss on the discriminator (default 0: none, the paper's objective)", None)
     gsg_ratio: float | None = option(
         "gsg: share of each window's sentences masked and generated (default 0.3, PEGASUS's)", None)
     gsg_strategy: str | None = option(
@@ -249,10 +251,10 @@ class PretrainArguments(RunArguments):
                              "0.25, a generator a quarter of the discriminator's width).")
         if self.gsg_ratio is not None and not 0.0 < self.gsg_ratio < 1.0:
             raise ValueError(f"--gsg_ratio must be in (0, 1), got {self.gsg_ratio} (PEGASUS: 0.3).")
-        for name in ("generator_loss_weight", "discriminator_loss_weight"):
+        for name in ("generator_loss_weight", "discriminator_loss_weight", "discriminator_mlm_weight"):
             value = getattr(self, name)
             if value is not None and not value >= 0:
-                raise ValueError(f"--{name} must be >= 0, got {value} (ELECTRA: 1 and 50).")
+                raise ValueError(f"--{name} must be >= 0, got {value} (ELECTRA: 1 and 50, no discriminator MLM: 0).")
         if self.learning_rate <= 0:
             raise ValueError(f"--learning_rate must be positive, got {self.learning_rate}.")
         if self.warmup_steps < 0 or (self.warmup_steps >= 1 and self.warmup_steps != int(self.warmup_steps)):

@@ -741,5 +741,6 @@ register_objective(Objective(
     required_tokens=("mask_token", "pad_token"), logits_key="generator_logits", metrics=_rtd_metrics,
     packable=True, model_class=_rtd_model_class, logged_outputs=RTD_OUTPUTS, export=_save_rtd, perplexity=False,
     config_options={"generator_size_ratio": "generator_size_ratio", "generator_loss_weight": "generator_loss_weight",
-                    "discriminator_loss_weight": "discriminator_loss_weight"},
+                    "discriminator_loss_weight": "discriminator_loss_weight",
+                    "discriminator_mlm_weight": "discriminator_mlm_weight"},
 ))

@@ -1,8 +1,9 @@
 """Configuration of ELECTRA (Clark et al., 2020, https://arxiv.org/abs/2003.10555).
 
-Field names follow transformers' `ElectraConfig` so checkpoints convert field by field; the three
-replaced-token-detection fields (`generator_size_ratio`, `generator_loss_weight`, `discriminator_loss_weight`)
-are ours: transformers has no model that trains a generator and a discriminator together.
+Field names follow transformers' `ElectraConfig` so checkpoints convert field by field; the four
+replaced-token-detection fields (`generator_size_ratio`, `generator_loss_weight`, `discriminator_loss_weight`,
+`discriminator_mlm_weight`) are ours: transformers has no model that trains a generator and a discriminator
+together.
 """
 
 import dataclasses
@@ -46,6 +47,10 @@ class XfmrElectraConfig(XfmrPretrainedConfig):
             is heads x D) and of its feed-forward width. 0.25 as in the paper (sec. 3.2, "1/4-1/2 the size").
         generator_loss_weight / discriminator_loss_weight: loss = generator_loss_weight x generator MLM loss +
             discriminator_loss_weight x discriminator loss (paper: 1 and 50).
+        discriminator_mlm_weight: weight of an auxiliary MLM loss on the discriminator (predict the original
+            token at the masked positions from the corrupted input, the paper's "Replace MLM", sec. 3.2, through a
+            head tied to the shared embeddings), added to the loss; 0 (the default, the paper's ELECTRA) builds no
+            such head.
     """
 
     model_type = "xfmr-electra"
@@ -88,6 +93,7 @@ class XfmrElectraConfig(XfmrPretrainedConfig):
     generator_size_ratio: float = 0.25
     generator_loss_weight: float = 1.0
     discriminator_loss_weight: float = 50.0
+    discriminator_mlm_weight: float = 0.0
 
     def check_own_fields(self):
         """The replaced-token-detection fields: a ratio in (0, 1], finite non-negative weights."""
@@ -95,12 +101,12 @@ class XfmrElectraConfig(XfmrPretrainedConfig):
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
             raise ValueError(f"`generator_size_ratio` must be in (0, 1] (the generator's share of the "
                              f"discriminator's width; 0.25 in the paper), got {ratio!r}.")
-        for name in ("generator_loss_weight", "discriminator_loss_weight"):
+        for name in ("generator_loss_weight", "discriminator_loss_weight", "discriminator_mlm_weight"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"`{name}` must be a finite number >= 0 (the paper uses generator 1, "
-                                 f"discriminator 50), got {value!r}.")
-        if self.generator_loss_weight == 0 and self.discriminator_loss_weight == 0:
+                                 f"discriminator 50, no discriminator MLM: 0), got {value!r}.")
+        if self.generator_loss_weight == 0 and self.discriminator_loss_weight == 0 == self.discriminator_mlm_weight:
             raise ValueError("`generator_loss_weight` and `discriminator_loss_weight` are both 0: nothing would be "
                              "trained; set at least one above 0.")
 

@@ -10,13 +10,23 @@ Paper: Clark et al., 2020, https://arxiv.org/abs/2003.10555, sec. 2 and 3.2. tra
     discriminator input = input_ids with the samples at the masked positions
         |  replaced = sample != original (a correct guess counts as original, sec. 2)
     discriminator (XfmrElectraForPreTraining) --> binary loss on every real token
-        |
+        |  (optional, `discriminator_mlm_weight` > 0: its MLM head --> MLM loss on the masked positions)
     loss = generator_loss_weight x MLM loss + discriminator_loss_weight x binary loss   (1 and 50 in the paper)
+           + discriminator_mlm_weight x the discriminator's MLM loss                   (0: the paper's ELECTRA)
 
 The generator's word, position and type embeddings and the embedding LayerNorm ARE the discriminator's (one
 set of modules, trained by both losses, as in the official code); each model keeps its own E -> C projection
 (`embeddings.hidden_proj`, absent where E equals its width), and the generator's decoder is tied to the
 shared word embeddings (`tie_word_embeddings`).
+
+Deviation (off by default): `discriminator_mlm_weight` > 0 adds an MLM loss on the discriminator, which predicts
+the original token at every masked position from the corrupted input (the paper's "Replace MLM", sec. 3.2, there
+a model of its own), through `discriminator_lm_head` (the generator's head shape, C -> E -> GELU -> LayerNorm ->
+E -> V, its decoder tied to the shared word embeddings): a dense signal, for budgets at which a binary one on
+~13% of the tokens teaches the discriminator no context (at the budget of examples/compare_objectives.py it did
+not help either: docs/compare_objectives.md). The head is a training aid: it is not part of the saved
+discriminator (`save_pretrained` writes the two parts only; training checkpoints keep it), so a model loaded to
+continue training starts it afresh. At 0 no head is built and the model is the paper's, weight for weight.
 
 Saving: `save_pretrained(folder)` writes the discriminator to `folder` as an ordinary `XfmrElectraForPreTraining`
 checkpoint and the generator to `folder/generator` as an `XfmrElectraForMaskedLM` one; each loads on its own.
@@ -45,7 +55,10 @@ from .modeling_electra import (
     XfmrElectraEmbeddings,
     XfmrElectraForMaskedLM,
     XfmrElectraForPreTraining,
+    XfmrElectraForPreTrainingOutput,
+    XfmrElectraGeneratorHead,
     XfmrElectraPreTrainedModel,
+    replaced_token_loss,
 )
 
 GENERATOR_FOLDER = "generator"  # where `save_pretrained` puts the generator, inside the discriminator's folder
@@ -55,14 +68,16 @@ GENERATOR_FOLDER = "generator"  # where `save_pretrained` puts the generator, in
 class XfmrElectraForReplacedTokenDetectionOutput(ModelOutput):
     """Output of `XfmrElectraForReplacedTokenDetection`.
 
-    loss: generator_loss_weight x generator_loss + discriminator_loss_weight x discriminator_loss.
+    loss: generator_loss_weight x generator_loss + discriminator_loss_weight x discriminator_loss
+    (+ discriminator_mlm_weight x discriminator_mlm_loss where that weight is above 0).
     generator_loss: the generator's MLM loss on the masked positions (0 when nothing is masked);
     discriminator_loss: the binary loss on the real tokens. generator_accuracy: how often the generator's most
     likely token is the original (masked positions); replaced_accuracy / original_accuracy: the discriminator's
     accuracy on the replaced / on the original real tokens (each accuracy NaN when a batch has no such token).
     logits: (B, T) the discriminator's (> 0: replaced); generator_logits: (N, V) at the masked positions, in
     row-major order; discriminator_input_ids: (B, T) the ids the discriminator read; replaced: (B, T) 1 where
-    they differ from the originals, 0 elsewhere.
+    they differ from the originals, 0 elsewhere. discriminator_mlm_loss / discriminator_mlm_accuracy: the
+    discriminator's MLM loss and argmax accuracy on the masked positions (None when `discriminator_mlm_weight` is 0).
     """
 
     loss: torch.Tensor | None = None
@@ -75,6 +90,8 @@ class XfmrElectraForReplacedTokenDetectionOutput(ModelOutput):
     generator_logits: torch.Tensor | None = None
     discriminator_input_ids: torch.Tensor | None = None
     replaced: torch.Tensor | None = None
+    discriminator_mlm_loss: torch.Tensor | None = None
+    discriminator_mlm_accuracy: torch.Tensor | None = None
 
 
 @torch.no_grad()
@@ -125,6 +142,9 @@ class XfmrElectraForReplacedTokenDetection(XfmrElectraPreTrainedModel):
         super().__init__(config)
         self.discriminator = discriminator if discriminator is not None else XfmrElectraForPreTraining(config)
         self.generator = generator if generator is not None else XfmrElectraForMaskedLM(config.generator_config())
+        # Built only when used: at weight 0 the model (and the random draws that initialise it) is the paper's.
+        if config.discriminator_mlm_weight > 0:
+            self.discriminator_lm_head = XfmrElectraGeneratorHead(config)  # (..., C) -> (..., V)
         self.share_embeddings()
         self.post_init()
 
@@ -150,7 +170,7 @@ class XfmrElectraForReplacedTokenDetection(XfmrElectraPreTrainedModel):
 
     def share_embeddings(self) -> None:
         """Give the generator the discriminator's embedding modules (its projection stays its own) and tie its
-        decoder to the shared word embeddings."""
+        decoder (and the discriminator's MLM head's, where there is one) to the shared word embeddings."""
         ours, theirs = self.discriminator.model.embeddings, self.generator.model.embeddings
         for name in type(ours).shared_parts:
             shapes = tuple(getattr(ours, name).weight.shape), tuple(getattr(theirs, name).weight.shape)
@@ -162,6 +182,8 @@ class XfmrElectraForReplacedTokenDetection(XfmrElectraPreTrainedModel):
             setattr(theirs, name, getattr(ours, name))
         if self.generator.config.tie_word_embeddings:
             self.generator.lm_head.decoder.weight = ours.word_embeddings.weight
+        if hasattr(self, "discriminator_lm_head"):
+            self.discriminator_lm_head.decoder.weight = ours.word_embeddings.weight
 
     def get_input_embeddings(self):
         return self.discriminator.get_input_embeddings()
@@ -183,14 +205,20 @@ class XfmrElectraForReplacedTokenDetection(XfmrElectraPreTrainedModel):
         masked = labels != IGNORE_INDEX  # (B, T)
         disc_ids = input_ids.masked_scatter(masked, sample_tokens(generator_logits))  # samples in row-major order
         replaced = disc_ids != torch.where(masked, labels, input_ids)  # (B, T) bool
-        disc = self.discriminator(input_ids=disc_ids, labels=replaced.long(), return_dict=True, **inputs)
         config = self.config
+        if config.discriminator_mlm_weight > 0:
+            disc, mlm_loss, mlm_accuracy = self.run_discriminator_with_mlm(disc_ids, replaced, labels, targets, inputs)
+        else:
+            disc = self.discriminator(input_ids=disc_ids, labels=replaced.long(), return_dict=True, **inputs)
+            mlm_loss = mlm_accuracy = None
         loss = config.generator_loss_weight * generator_loss + config.discriminator_loss_weight * disc.loss
+        if mlm_loss is not None:
+            loss = loss + config.discriminator_mlm_weight * mlm_loss
         output = XfmrElectraForReplacedTokenDetectionOutput(
             loss=loss, generator_loss=generator_loss, discriminator_loss=disc.loss,
             **accuracies(generator_logits, targets, disc.logits, replaced, attention_mask),
             logits=disc.logits, generator_logits=generator_logits, discriminator_input_ids=disc_ids,
-            replaced=replaced.long())
+            replaced=replaced.long(), discriminator_mlm_loss=mlm_loss, discriminator_mlm_accuracy=mlm_accuracy)
         return_dict = self.config.return_dict if return_dict is None else return_dict
         return output if return_dict else output.to_tuple()
 
@@ -202,6 +230,19 @@ class XfmrElectraForReplacedTokenDetection(XfmrElectraPreTrainedModel):
         logits, loss = masked_lm_logits_and_loss(generator.lm_head, out.last_hidden_state, labels, sparse=True)
         flat = labels.reshape(-1)
         return logits, loss, flat[flat != IGNORE_INDEX]  # targets (N,), in the order of the logits' rows
+
+    def run_discriminator_with_mlm(self, disc_ids, replaced, labels, targets, inputs: dict):
+        """The discriminator on its (B, T) input, as its own forward runs it, plus the MLM head on its hidden states
+        at the masked positions: (its output: binary loss and (B, T) logits, the MLM loss, the MLM accuracy)."""
+        discriminator = self.discriminator
+        hidden = discriminator.encode(input_ids=disc_ids, **inputs).last_hidden_state  # (B, T, C)
+        logits = discriminator.discriminator_head(hidden)  # (B, T)
+        disc = XfmrElectraForPreTrainingOutput(
+            loss=replaced_token_loss(logits, replaced.long(), inputs.get("attention_mask")), logits=logits)
+        mlm_logits, mlm_loss = masked_lm_logits_and_loss(self.discriminator_lm_head, hidden, labels, sparse=True)
+        with torch.no_grad():
+            mlm_accuracy = (mlm_logits.argmax(-1) == targets).float().mean()
+        return disc, mlm_loss, mlm_accuracy
 
     # -- saving and loading: two ordinary checkpoints ---------------------------------------------------
     def save_pretrained(self, save_directory, state_dict=None, transformers_format: bool = False, **kwargs):
