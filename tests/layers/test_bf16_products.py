@@ -89,6 +89,27 @@ def test_products_equal_the_bf16_formula_and_torch_bf16_kernels(name):
         torch.testing.assert_close(got, want, atol=3e-2, rtol=3e-2)
 
 
+def test_a_product_into_out_runs_in_its_dtype_as_under_autocast():
+    """`torch.matmul(a, b, out=...)` is not autocast's: it runs in fp32, into `out` (the chunked loss relies on it)."""
+    a, b = torch.randn(5, 7), torch.randn(7, 3)
+    out, expected = torch.zeros(5, 3), torch.zeros(5, 3)
+    with torch.autocast("cpu", dtype=BF16):
+        with Bf16ProductsInFp32():
+            result = torch.matmul(a, b, out=out[:])
+        torch.matmul(a, b, out=expected)
+    assert result.data_ptr() == out.data_ptr() and torch.equal(out, expected) and torch.equal(out, a @ b)
+
+
+def _gpt():
+    from hf_xfmr.models.gpt import XfmrGPTConfig, XfmrGPTForCausalLM
+
+    torch.manual_seed(0)
+    config = XfmrGPTConfig(vocab_size=300, n_embd=32, n_layer=2, n_head=2, n_positions=64, bos_token_id=0,
+                           eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    ids = torch.randint(5, 300, (3, 16))
+    return XfmrGPTForCausalLM(config), dict(input_ids=ids, labels=ids)
+
+
 def _bert():
     from hf_xfmr.models.bert import XfmrBertConfig, XfmrBertForMaskedLM
 
@@ -113,9 +134,10 @@ def _step(model, batch, autocast=True):
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}, {d for _, d in kernels.dtypes}
 
 
-@pytest.mark.parametrize("checkpointing", [False, True])
-def test_a_model_runs_no_bf16_kernel_and_stays_within_bf16_of_native(monkeypatch, checkpointing):
-    model, batch = _bert()
+@pytest.mark.parametrize("arch, checkpointing", [("bert", False), ("bert", True), ("gpt", False)])
+def test_a_model_runs_no_bf16_kernel_and_stays_within_bf16_of_native(monkeypatch, arch, checkpointing):
+    """BERT (sparse MLM head) and GPT (the chunked vocabulary loss, which computes its gradients in the forward)."""
+    model, batch = _bert() if arch == "bert" else _gpt()
     if checkpointing:
         model.gradient_checkpointing_enable()
     monkeypatch.setenv(BF16_PRODUCTS_ENV, "native")
@@ -171,3 +193,27 @@ def test_fp32_runs_and_other_models_are_untouched(monkeypatch):
     reference = transformers.BertForMaskedLM(transformers.BertConfig(
         vocab_size=300, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64))
     assert BF16 in _step(reference, batch)[2]
+
+
+def test_the_autocast_accelerate_puts_inside_the_forward_takes_the_fp32_kernels(monkeypatch):
+    """Accelerate (`hf-xfmr pretrain --mixed_precision bf16`, Trainer's `bf16=True`) enters autocast inside the
+    model's forward, not around the call: the choice is made there too."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
+
+    monkeypatch.setenv(BF16_PRODUCTS_ENV, "fp32")
+    model, batch = _bert()
+    AcceleratorState._reset_state(reset_partial_state=False)
+    GradientState._reset_state()
+    try:
+        accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+        model = accelerator.prepare(model)
+        kernels = MatrixKernels()
+        with kernels:
+            loss = model(**batch).loss
+            accelerator.backward(loss)
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=False)
+        GradientState._reset_state()
+    assert {d for _, d in kernels.dtypes} == {torch.float32}
+    assert model.model.embeddings.word_embeddings.weight.grad is not None

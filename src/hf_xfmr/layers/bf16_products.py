@@ -21,7 +21,8 @@ autocast runs it.
 Which path: `HF_XFMR_BF16_PRODUCTS` = `auto` (the default: the fp32 kernels on a CPU without AMX, the bf16
 ones with AMX; on GPUs autocast is never touched), `fp32` (always the fp32 kernels on CPU) or `native`
 (torch's bf16 kernels: autocast exactly as torch runs it, the reference's behaviour). It applies to the
-forward of every hf_xfmr model (`XfmrPreTrainedModel.__call__` enters `bf16_products()`), to its backward, and
+forward of every hf_xfmr model (`XfmrPreTrainedModel` wraps each model class's forward in `in_bf16_products`,
+inside the autocast of Accelerate and Trainer, which wrap the forward), to its backward, and
 to the layers gradient checkpointing replays (`keep_bf16_products`). A compiled graph cannot take this path
 (it would run torch's bf16 kernels): `--compile` keeps such bf16 steps eager and says so once.
 """
@@ -136,7 +137,8 @@ class Bf16ProductsInFp32(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not _cpu_bf16_autocast() or not (func is F.linear or func in _PRODUCTS) or \
+        # An `out=` product is not autocast's (it runs in the dtype of `out`): as it is.
+        if not _cpu_bf16_autocast() or not (func is F.linear or func in _PRODUCTS) or "out" in kwargs or \
                 not any(isinstance(a, torch.Tensor) and a.device.type == "cpu" for a in (*args, *kwargs.values())):
             return func(*args, **kwargs)
         if func is F.linear:
@@ -153,17 +155,34 @@ def _active() -> bool:
     return any(isinstance(mode, Bf16ProductsInFp32) for mode in _get_current_function_mode_stack())
 
 
-def bf16_products_active() -> bool:
-    """Whether the products of a forward run now go to the fp32 kernels (inside `bf16_products()`)."""
-    return _cpu_bf16_autocast() and _active()
+def bf16_products_wanted() -> bool:
+    """Whether a forward run now would take the fp32 kernels: CPU bf16 autocast is on, on a CPU where they are
+    the faster ones (see the module doc)."""
+    return _cpu_bf16_autocast() and products_in_fp32()
 
 
 def bf16_products():
-    """The context a model's forward runs in: `Bf16ProductsInFp32` under CPU bf16 autocast on a CPU where the
-    fp32 kernels are the faster ones (see the module doc), else nothing."""
+    """The context a model's forward runs in: `Bf16ProductsInFp32` where `bf16_products_wanted()` (and not yet
+    active, and not inside a graph torch.compile traces), else nothing."""
     if not _cpu_bf16_autocast() or torch.compiler.is_compiling() or _active() or not products_in_fp32():
         return nullcontext()
     return Bf16ProductsInFp32()
+
+
+def in_bf16_products(forward):
+    """`forward`, run inside `bf16_products()`. Applied to every hf_xfmr model class's forward, so that the
+    choice is made where autocast is already on, whoever enters it: a user around the call, or Accelerate and
+    Trainer, which wrap the forward itself in autocast."""
+    if getattr(forward, "in_bf16_products", False):
+        return forward
+
+    @functools.wraps(forward)
+    def run(*args, **kwargs):
+        with bf16_products():
+            return forward(*args, **kwargs)
+
+    run.in_bf16_products = True
+    return run
 
 
 def keep_bf16_products(checkpoint_func):

@@ -9,10 +9,11 @@ the three output switches of a forward (`output_flags`). An architecture states 
 on request.
 """
 
+from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 
-from ..layers.bf16_products import bf16_products, keep_bf16_products
+from ..layers.bf16_products import in_bf16_products, keep_bf16_products
 from ..layers.init import normal_init_
 from .load_hook import ConvertsOnLoad
 
@@ -41,11 +42,12 @@ class XfmrPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
         which names the interface only through `resolve_kernel`.)"""
         return True
 
-    def __call__(self, *args, **kwargs):
-        """The forward, with bf16 autocast's products through the fp32 kernels on CPUs without AMX
+    def __init_subclass__(cls, **kwargs):
+        """Every model class's forward runs bf16 autocast's products through the fp32 kernels on CPUs without AMX
         (`layers.bf16_products`: the same bf16 results, at the fp32 kernels' speed)."""
-        with bf16_products():
-            return super().__call__(*args, **kwargs)
+        super().__init_subclass__(**kwargs)
+        if cls.forward is not nn.Module.forward:
+            cls.forward = in_bf16_products(cls.forward)
 
     def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=checkpoint,
                                     every_n_layers: int = 1):

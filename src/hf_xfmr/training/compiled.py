@@ -6,7 +6,7 @@ import warnings
 
 import torch
 
-from ..layers.bf16_products import bf16_products_active
+from ..layers.bf16_products import bf16_products_wanted
 
 class CompileFallbackWarning(UserWarning):
     """`--compile` was asked for, but torch.compile cannot compile the model: it runs eagerly."""
@@ -37,7 +37,7 @@ class CompiledForward:
     def __call__(self, *args, **kwargs):
         if self.error is not None:
             return self.eager(*args, **kwargs)
-        if bf16_products_active():
+        if bf16_products_wanted():
             # The compiled graph would run torch's bf16 kernels, the slow ones on this CPU (4-9x the eager step,
             # whose products run on the fp32 kernels: layers.bf16_products): bf16 autocast steps stay eager.
             if not self.said_bf16:
