@@ -283,6 +283,16 @@ def test_every_kernel_decision_of_the_models_is_a_resolve_kernel_option():
         plain = resolve_kernel(name)(module, q, k, v, None, scaling=0.5, dropout=0.0, is_causal=True)[0]
         assert torch.equal(kernel(module.eval(), q, k, v, None, scaling=0.5, dropout=0.0, is_causal=True)[0], plain)
         module.train()
+        # From a number of scores on (the BERT family and GPT): below it the plain kernel with torch's dropout.
+        scores = q.shape[:-1].numel() * k.shape[-2]
+        for threshold, fused in ((scores, True), (scores + 1, False)):
+            kernel = resolve_kernel(name, fused_cpu_dropout=threshold)
+            torch.manual_seed(3)
+            out, _ = kernel(module, q, k, v, None, scaling=0.5, dropout=0.2, is_causal=True)
+            torch.manual_seed(3)
+            expected = attention_with_dropout(q, k, v, causal_mask(T, T), scaling=0.5, p=0.2) if fused else \
+                resolve_kernel(name)(module, q, k, v, None, scaling=0.5, dropout=0.2, is_causal=True)[0]
+            assert torch.equal(out, expected), (name, threshold)
 
 
 def test_flash_attention_missing_gives_install_hint():

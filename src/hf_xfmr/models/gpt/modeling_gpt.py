@@ -45,7 +45,7 @@ from torch import nn
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
-from ...layers.attention import resolve_kernel, self_attention
+from ...layers.attention import FUSED_DROPOUT_MIN_SCORES, resolve_kernel, self_attention
 from ...layers.dropout import Dropout
 from ...layers.init import normal_init_
 from ...layers.masks import decoder_attention_mask, document_ids_from_starts, positions_in_sequences
@@ -128,7 +128,8 @@ class XfmrGPTAttention(nn.Module):
         dtype = q.dtype
         if self.upcast:  # reorder_and_upcast_attn: the whole softmax(q k^T) v in float32
             q, k, v = q.float(), k.float(), v.float()
-        attention = resolve_kernel(self.config._attn_implementation, output_attentions)
+        attention = resolve_kernel(self.config._attn_implementation, output_attentions,
+                                   fused_cpu_dropout=FUSED_DROPOUT_MIN_SCORES)
         dropout = self.dropout_p if self.training else 0.0
         if varlen is None:
             out, weights = attention(self, q, k, v, attention_mask, scaling=self.scaling, dropout=dropout,
