@@ -30,9 +30,9 @@ def _reduce_to(grad: torch.Tensor, shape) -> torch.Tensor:
 class _AttentionWithDropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx, query, key, value, mask, scaling, p):
-        scores = torch.matmul(query, key.transpose(-1, -2))  # (B, H, Tq, Tk)
-        if scaling != 1.0:
-            scores.mul_(scaling)
+        # The scaling goes on the (B, H, Tq, D) queries, not on the (B, H, Tq, Tk) scores: a pass over D, not Tk.
+        scaled = query * scaling if scaling != 1.0 else query  # (B, H, Tq, D)
+        scores = torch.matmul(scaled, key.transpose(-1, -2))  # (B, H, Tq, Tk)
         if mask is not None:
             if mask.dtype == torch.bool:
                 scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)
@@ -42,14 +42,14 @@ class _AttentionWithDropout(torch.autograd.Function):
         del scores
         dropped = keep_mask(probs.shape, p, probs.device).mul_(probs)  # (B, H, Tq, Tk): probs / (1 - p) or 0
         out = torch.matmul(dropped, value)  # (B, H, Tq, D)
-        ctx.save_for_backward(query, key, value, probs, dropped, out)
+        ctx.save_for_backward(scaled, key, value, probs, dropped, out)
         ctx.scaling = scaling
         ctx.mask_shape = None if mask is None or mask.dtype == torch.bool else mask.shape
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        query, key, value, probs, dropped, out = ctx.saved_tensors
+        scaled, key, value, probs, dropped, out = ctx.saved_tensors
         grad_value = torch.matmul(dropped.transpose(-1, -2), grad_out)  # (B, H, Tk, D)
         grad = torch.matmul(grad_out, value.transpose(-1, -2))  # d dropped, (B, H, Tq, Tk)
         # With dropped = probs * mask: d probs = mask * d dropped, and the softmax backward
@@ -60,10 +60,11 @@ class _AttentionWithDropout(torch.autograd.Function):
         grad_mask = None
         if ctx.mask_shape is not None and ctx.needs_input_grad[3]:
             grad_mask = _reduce_to(grad, ctx.mask_shape)
-        if ctx.scaling != 1.0:
-            grad = grad.mul(ctx.scaling)  # out of place: grad_mask may be this very tensor
-        grad_query = torch.matmul(grad, key) if ctx.needs_input_grad[0] else None
-        grad_key = torch.matmul(grad.transpose(-1, -2), query) if ctx.needs_input_grad[1] else None
+        # d scores -> the scaled queries' and the keys' gradients; the scaling on the (B, H, Tq, D) product.
+        grad_query = torch.matmul(grad, key) if ctx.needs_input_grad[0] else None  # (B, H, Tq, D)
+        if grad_query is not None and ctx.scaling != 1.0:
+            grad_query.mul_(ctx.scaling)
+        grad_key = torch.matmul(grad.transpose(-1, -2), scaled) if ctx.needs_input_grad[1] else None
         return grad_query, grad_key, grad_value, grad_mask, None, None
 
 
