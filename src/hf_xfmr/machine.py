@@ -303,7 +303,7 @@ def bf16_advice(device: str | torch.device = "cpu", threads: int | None = None) 
     if products_in_fp32():
         return (f"bf16 is not faster than fp32 here: {measured}, so hf_xfmr models run bf16 autocast's products "
                 f"through the fp32 kernels (same bf16 results; {BF16_PRODUCTS_ENV}=native for torch's bf16 kernels), "
-                "which costs 10-20% over an fp32 step: bf16 saves activation memory only. Keep fp32 for speed: drop "
+                "which costs 20-30% over an fp32 step: bf16 saves activation memory only. Keep fp32 for speed: drop "
                 "--mixed_precision bf16 (pretrain) / --bf16 (finetune, distill, Trainer's bf16=True).")
     return (f"bf16 is slower than fp32: {measured}. Keep fp32 for speed: drop --mixed_precision bf16 (pretrain) / "
             "--bf16 (finetune, distill, Trainer's bf16=True).")
