@@ -10,6 +10,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_XFMR_CACHE", tempfile.mkdtemp(prefix="hf_xfmr_cache_"))
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
@@ -38,3 +39,12 @@ def wordpiece_tokenizer():
         tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
         mask_token="[MASK]", model_max_length=128,
     )
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models gain nothing from threads, and on a busy machine OpenMP barriers stall them."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

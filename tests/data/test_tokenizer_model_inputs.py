@@ -35,11 +35,9 @@ TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "sep_token_id", "cl
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def one_thread(one_thread):
+    """The suite's `one_thread` (tests/conftest.py), for every test here."""
     yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -179,14 +179,6 @@ def _documents():
     return [[p for p in topics[name].split("\n\n") if p.strip()] for name in sorted(topics)[:30]]
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny models gain nothing from threads, and on a busy machine OpenMP barriers stall them."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def test_mlm_plus_sop_pretraining_from_sop_pairs_lowers_the_loss(one_thread):
     documents = _documents()

@@ -2,7 +2,6 @@
 load this same file: WordPiece training is not reproducible run to run)."""
 
 import pytest
-import torch
 
 from hf_xfmr.data import default_corpus, train_tokenizer
 
@@ -30,11 +29,3 @@ def gpt_tok():
 def albert_tok():
     return train_tokenizer("albert", default_corpus(max_documents=30), vocab_size=300)
 
-
-@pytest.fixture
-def one_thread():
-    """Tiny models gain nothing from threads, and on a busy machine OpenMP barriers stall them."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)

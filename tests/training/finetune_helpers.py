@@ -20,12 +20,9 @@ TINY_OVERRIDES = ",".join(f"{k}={v}" for k, v in TINY_BERT.items())
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, and the suite shares 2 busy cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def one_thread(one_thread):
+    """The suite's `one_thread` (tests/conftest.py), for every test of a module that imports this."""
     yield
-    torch.set_num_threads(threads)
 
 
 def sentiment_rows(n: int, seed: int) -> list[dict]:
