@@ -273,7 +273,7 @@ def test_every_kernel_decision_of_the_models_is_a_resolve_kernel_option():
 
     module = nn.Module().train()
     for name in ("eager", "sdpa"):
-        kernel = resolve_kernel(name, fused_cpu_dropout=True)
+        kernel = resolve_kernel(name, fused_cpu_dropout_from=0)
         torch.manual_seed(3)
         out, _ = kernel(module, q, k, v, None, scaling=0.5, dropout=0.2, is_causal=True)
         torch.manual_seed(3)
@@ -286,7 +286,7 @@ def test_every_kernel_decision_of_the_models_is_a_resolve_kernel_option():
         # From a number of scores on (the BERT family and GPT): below it the plain kernel with torch's dropout.
         scores = q.shape[:-1].numel() * k.shape[-2]
         for threshold, fused in ((scores, True), (scores + 1, False)):
-            kernel = resolve_kernel(name, fused_cpu_dropout=threshold)
+            kernel = resolve_kernel(name, fused_cpu_dropout_from=threshold)
             torch.manual_seed(3)
             out, _ = kernel(module, q, k, v, None, scaling=0.5, dropout=0.2, is_causal=True)
             torch.manual_seed(3)

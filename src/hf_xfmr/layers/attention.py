@@ -157,8 +157,8 @@ ATTENTION_KERNELS = {"eager": eager_attention_forward, "sdpa": sdpa_attention_fo
 FUSED_DROPOUT_MIN_SCORES = 2**14
 
 
-def resolve_kernel(implementation: str, output_attentions: bool = False, *, fused_cpu_dropout: bool | int = False,
-                   finite_masks: bool = False):
+def resolve_kernel(implementation: str, output_attentions: bool = False, *,
+                   fused_cpu_dropout_from: int | None = None, finite_masks: bool = False):
     """The one place a model picks its attention kernel from a config's `_attn_implementation`.
 
     Ours for "eager" and "sdpa", any other name (flex, a custom registration) from transformers'
@@ -166,9 +166,9 @@ def resolve_kernel(implementation: str, output_attentions: bool = False, *, fuse
         output_attentions: the weights are asked for, so eager (the one kernel that returns them).
         finite_masks: the caller's masks are finite and leave no row empty: sdpa is torch's kernel as it
             is (`sdpa_unchecked_forward`).
-        fused_cpu_dropout: ours ("eager", "sdpa") run `with_fused_cpu_dropout` in CPU training (True: BART, T5),
-            or from this many attention scores on (an int: the BERT family and GPT, from `FUSED_DROPOUT_MIN_SCORES`,
-            below which the plain kernel's dropout, torch's, runs as it always has).
+        fused_cpu_dropout_from: ours ("eager", "sdpa") run `with_fused_cpu_dropout` in CPU training from this many
+            attention scores on (0: BART, T5; `FUSED_DROPOUT_MIN_SCORES`: the BERT family and GPT, below which the
+            plain kernel's dropout, torch's, runs as it always has); None: never.
     """
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -177,9 +177,7 @@ def resolve_kernel(implementation: str, output_attentions: bool = False, *, fuse
     if implementation not in ATTENTION_KERNELS:
         return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
     kernel = sdpa_unchecked_forward if finite_masks and implementation == "sdpa" else ATTENTION_KERNELS[implementation]
-    if fused_cpu_dropout is False:
-        return kernel
-    return with_fused_cpu_dropout(kernel, 0 if fused_cpu_dropout is True else int(fused_cpu_dropout))
+    return kernel if fused_cpu_dropout_from is None else with_fused_cpu_dropout(kernel, fused_cpu_dropout_from)
 
 
 def resolve_varlen_kernel(implementation: str):

@@ -164,7 +164,7 @@ def bf16_products_wanted() -> bool:
 def bf16_products():
     """The context a model's forward runs in: `Bf16ProductsInFp32` where `bf16_products_wanted()` (and not yet
     active, and not inside a graph torch.compile traces), else nothing."""
-    if not _cpu_bf16_autocast() or torch.compiler.is_compiling() or _active() or not products_in_fp32():
+    if not bf16_products_wanted() or torch.compiler.is_compiling() or _active():
         return nullcontext()
     return Bf16ProductsInFp32()
 

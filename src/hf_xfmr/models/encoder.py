@@ -59,7 +59,7 @@ class EncoderSelfAttention(nn.Module):
         """The padded attention kernel for this call (eager when the weights are asked for; in CPU training with
         attention dropout, the fused softmax-dropout-product kernel: 1.47x faster at 8 x 4 heads x 512)."""
         return resolve_kernel(self.config._attn_implementation, output_attentions,
-                              fused_cpu_dropout=FUSED_DROPOUT_MIN_SCORES)
+                              fused_cpu_dropout_from=FUSED_DROPOUT_MIN_SCORES)
 
     def queries_keys_values(self, hidden_states):
         """(..., C) -> q, k, v (..., H, D): (B, T, H, D) padded or (N, H, D) unpadded."""

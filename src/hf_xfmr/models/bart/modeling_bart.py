@@ -97,7 +97,7 @@ class XfmrBartAttention(Seq2SeqAttention):
         dropout = self.dropout_p if self.training else 0.0
         # The config's kernel (eager when the weights are asked for); in CPU training in fp32 with dropout the
         # fused-dropout kernel (torch has none): it keeps two (b, H, T, K) tensors, not three.
-        kernel = resolve_kernel(self.config._attn_implementation, output_attentions, fused_cpu_dropout=True)
+        kernel = resolve_kernel(self.config._attn_implementation, output_attentions, fused_cpu_dropout_from=0)
         if varlen is not None:
             tokens = hidden_states.shape[0]
             q, k, v = self.unpadded_queries_keys_values(hidden_states)  # (N, H, D)

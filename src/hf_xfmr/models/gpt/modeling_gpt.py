@@ -129,7 +129,7 @@ class XfmrGPTAttention(nn.Module):
         if self.upcast:  # reorder_and_upcast_attn: the whole softmax(q k^T) v in float32
             q, k, v = q.float(), k.float(), v.float()
         attention = resolve_kernel(self.config._attn_implementation, output_attentions,
-                                   fused_cpu_dropout=FUSED_DROPOUT_MIN_SCORES)
+                                   fused_cpu_dropout_from=FUSED_DROPOUT_MIN_SCORES)
         dropout = self.dropout_p if self.training else 0.0
         if varlen is None:
             out, weights = attention(self, q, k, v, attention_mask, scaling=self.scaling, dropout=dropout,

@@ -124,7 +124,7 @@ class XfmrT5Attention(Seq2SeqAttention):
         # The stack's masks are finite (finfo.min, never -inf) and every query sees a key (its own position, or a
         # real encoder token), so torch's sdpa kernel takes them as they are, as the reference does. CPU training:
         # torch has no fused kernel with dropout; ours keeps two (B, H, T, K) tensors, not three.
-        return resolve_kernel(self.config._attn_implementation, output_attentions, fused_cpu_dropout=True,
+        return resolve_kernel(self.config._attn_implementation, output_attentions, fused_cpu_dropout_from=0,
                               finite_masks=True)
 
 
