@@ -33,7 +33,6 @@ folder) and each run's `finetune` output under runs/.
 import argparse
 import json
 import random
-import resource
 import shutil
 import statistics
 import time
@@ -188,30 +187,13 @@ def model_overrides(arch: str, hidden: int, layers: int, length: int) -> str:
     return size + ",local_attention=128,global_attn_every_n_layers=3"
 
 
-def _status_kb(name: str) -> int | None:
-    try:
-        with open("/proc/self/status") as status:
-            return next((int(line.split()[1]) for line in status if line.startswith(name + ":")), None)
-    except OSError:
-        return None
-
-
-def _reset_peak() -> bool:
-    """Linux: reset the resident-memory high-water mark (VmHWM) to the current resident size."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        return False
-    return _status_kb("VmHWM") is not None
-
-
 def finetune_job(options: dict, threads: int | None = None) -> dict:
     """One finetuning run, `finetune(FinetuneArguments(**options))`, with its figures."""
     import datasets  # noqa: F401  (with Trainer below: the finetuning stack, loaded before the baseline is read)
     import torch
     import transformers.trainer  # noqa: F401
 
+    from hf_xfmr.bench.harness import maxrss_kb, proc_status_kb, reset_peak_rss
     from hf_xfmr.training import FinetuneArguments, finetune
 
     if threads:
@@ -219,16 +201,16 @@ def finetune_job(options: dict, threads: int | None = None) -> dict:
     cuda = torch.cuda.is_available() and not options.get("use_cpu", True)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    before_kb = _status_kb("VmRSS")
-    method = "VmHWM" if before_kb is not None and _reset_peak() else "ru_maxrss"
-    before_kb = before_kb if method == "VmHWM" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before_kb = proc_status_kb("VmRSS")
+    method = "VmHWM" if before_kb is not None and reset_peak_rss() else "ru_maxrss"
+    before_kb = before_kb if method == "VmHWM" else maxrss_kb()
     start, cpu_start = time.perf_counter(), time.process_time()
     result = finetune(FinetuneArguments(**options))
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     if cuda:
         peak_mb, method = torch.cuda.max_memory_allocated() / 2**20, "cuda.max_memory_allocated"
     else:
-        peak_kb = _status_kb("VmHWM") if method == "VmHWM" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak_kb = proc_status_kb("VmHWM") if method == "VmHWM" else maxrss_kb()
         peak_mb = max(peak_kb - before_kb, 0) / 1024
     train = result.metrics["train"]
     return dict(accuracy=result.metrics["test"]["test_accuracy"],

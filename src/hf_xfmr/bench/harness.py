@@ -481,7 +481,8 @@ class MemoryResult:
         return asdict(self)
 
 
-def _proc_status_kb(field_name: str) -> int | None:
+def proc_status_kb(field_name: str) -> int | None:
+    """A KiB field of /proc/self/status (`VmRSS`, `VmHWM`); None where there is none."""
     try:
         with open("/proc/self/status") as status:
             for line in status:
@@ -492,16 +493,18 @@ def _proc_status_kb(field_name: str) -> int | None:
     return None
 
 
-def _reset_hwm() -> bool:
+def reset_peak_rss() -> bool:
+    """Linux: reset the resident-memory high-water mark (VmHWM) to the current resident size; False elsewhere."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
     except OSError:
         return False
-    return _proc_status_kb("VmHWM") is not None
+    return proc_status_kb("VmHWM") is not None
 
 
-def _maxrss_kb() -> int:
+def maxrss_kb() -> int:
+    """The process's peak resident size in KiB (`getrusage`), where /proc has no resettable one."""
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss // 1024 if sys.platform == "darwin" else rss  # bytes on macOS, KiB on Linux
 
@@ -514,11 +517,11 @@ def measure_memory_here(case: BenchCase, side: str, *, warmup: int = 1, seed: in
     is measured above it."""
     if side not in SIDES:
         raise ValueError(f"side must be one of {SIDES}, got {side!r}")
-    import_kb = import_kb if import_kb is not None else _proc_status_kb("VmRSS")
+    import_kb = import_kb if import_kb is not None else proc_status_kb("VmRSS")
     runner = build_runners(case, seed, sides=(side,))[side]
     # Building one side may build both (ours is converted from the reference): the other side is freed
     # by now, so the process peak starts here, with this side's weights alone in memory.
-    process_hwm = case.device == "cpu" and import_kb is not None and _reset_hwm()
+    process_hwm = case.device == "cpu" and import_kb is not None and reset_peak_rss()
     for _ in range(max(warmup, 1)):  # the first step allocates optimizer state and lazy caches
         runner.step()
     gc.collect()
@@ -529,17 +532,17 @@ def measure_memory_here(case: BenchCase, side: str, *, warmup: int = 1, seed: in
         runner.step()
         peak = torch.cuda.max_memory_allocated()
         return MemoryResult(side, (peak - before) / 2**20, before / 2**20, "cuda.max_memory_allocated")
-    process_kb = _proc_status_kb("VmHWM") if process_hwm else None  # the warm-up steps' peak
-    if _reset_hwm():
-        before_kb = _proc_status_kb("VmRSS")
+    process_kb = proc_status_kb("VmHWM") if process_hwm else None  # the warm-up steps' peak
+    if reset_peak_rss():
+        before_kb = proc_status_kb("VmRSS")
         runner.step()
-        peak_kb = _proc_status_kb("VmHWM")
+        peak_kb = proc_status_kb("VmHWM")
         process_mb = None if process_kb is None else (max(process_kb, peak_kb) - import_kb) / 1024
         return MemoryResult(side, (peak_kb - before_kb) / 1024, before_kb / 1024, "rss-hwm (clear_refs)",
                             process_peak_mb=process_mb, import_mb=None if import_kb is None else import_kb / 1024)
-    before_kb = _proc_status_kb("VmRSS") or _maxrss_kb()
+    before_kb = proc_status_kb("VmRSS") or maxrss_kb()
     runner.step()
-    return MemoryResult(side, max(_maxrss_kb() - before_kb, 0) / 1024, before_kb / 1024, "ru_maxrss (lower bound)")
+    return MemoryResult(side, max(maxrss_kb() - before_kb, 0) / 1024, before_kb / 1024, "ru_maxrss (lower bound)")
 
 
 def _limit_malloc_caching() -> None:
@@ -563,7 +566,7 @@ def _memory_child(conn, factory: str, kwargs: dict, module: str | None, side: st
         if module:
             importlib.import_module(module)
         torch.set_num_threads(threads)
-        import_kb = _proc_status_kb("VmRSS")  # hf_xfmr imported, no model built
+        import_kb = proc_status_kb("VmRSS")  # hf_xfmr imported, no model built
         case = make_case(factory, **kwargs)
         conn.send(("ok", measure_memory_here(case, side, warmup=warmup, seed=seed, import_kb=import_kb).as_dict()))
     except BaseException:  # report anything (even SystemExit) to the parent instead of dying silently
@@ -886,7 +889,7 @@ def memory_main(argv: list[str] | None = None) -> int:
     _limit_malloc_caching()
     for module in args.imports:
         importlib.import_module(module)
-    import_kb = _proc_status_kb("VmRSS")  # hf_xfmr imported, no model built
+    import_kb = proc_status_kb("VmRSS")  # hf_xfmr imported, no model built
     case = make_case(args.memory, **json.loads(args.kwargs))
     with torch_threads(args.threads):
         result = measure_memory_here(case, args.side, warmup=args.warmup, seed=args.seed, import_kb=import_kb)
