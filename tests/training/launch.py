@@ -116,3 +116,18 @@ def one_case_per_objective(*extra: tuple[str, str]) -> list[tuple[str, str]]:
                 seen.add(objective)
                 cases.append((arch.name, objective))
     return cases + list(extra)
+
+
+def check_bert_mlm_export(folder: Path, weights: dict) -> None:
+    """`folder`'s final model is fp32 and loads with `AutoModelForMaskedLM` as our BERT, every key present, its
+    weights exactly `weights` (the run's exported state dict)."""
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    assert all(t.dtype == torch.float32 for t in weights.values())
+    model, info = AutoModelForMaskedLM.from_pretrained(folder, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert type(model).__name__ == "XfmrBertForMaskedLM"
+    for name, param in model.state_dict().items():
+        if name in weights:
+            torch.testing.assert_close(param, weights[name], rtol=0, atol=0)
