@@ -12,7 +12,6 @@ reported as "compile s"), then `--steps` timed steps; the table shows the median
 compiled step is faster). A compiled model that fell back to eager says so in the table.
 """
 
-import argparse
 import json
 import statistics
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from profile_bf16 import CASES, build_case, prepared, train_step  # noqa: E402
+from profile_bf16 import CASES, build_case, case_parser, prepared, train_step  # noqa: E402
 
 
 def time_side(case: str, precision: str, compiled: bool, args) -> dict:
@@ -66,12 +65,7 @@ def markdown(rows: list[dict], machine: str, threads: int) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=sorted(CASES), help="what to time")
-    parser.add_argument("--precisions", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"])
-    parser.add_argument("--batch", type=int, default=None, help="rows per step (default: the case's, 8)")
-    parser.add_argument("--seq", type=int, default=None, help="tokens per row (default: the case's, 512)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
+    parser = case_parser(__doc__)
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per side (default: 2; compiles)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per side (default: 3)")
     parser.add_argument("--out", type=Path, default=None, help="folder for compile.md and compile.json")

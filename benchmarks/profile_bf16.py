@@ -213,13 +213,20 @@ def markdown(results: list[dict], machine: str, threads: int) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=sorted(CASES), help="what to profile")
+def case_parser(description: str) -> argparse.ArgumentParser:
+    """The options of a script over these cases (this one, compile_vs_eager.py): which cases and precisions, the
+    batch's size, the threads."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=sorted(CASES), help="what to run")
     parser.add_argument("--precisions", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"])
     parser.add_argument("--batch", type=int, default=None, help="rows per step (default: the case's, 8)")
     parser.add_argument("--seq", type=int, default=None, help="tokens per row (default: the case's, 512)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = case_parser(__doc__)
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first (default: 1)")
     parser.add_argument("--steps", type=int, default=2, help="timed steps before the profiled one (default: 2)")
     parser.add_argument("--adamw", choices=("fused", "loop"), default="fused",
