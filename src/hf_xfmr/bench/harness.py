@@ -21,7 +21,10 @@ state, batch): i.e. activations, gradients and temporaries.
   `VmHWM` to the current RSS; after the step `VmHWM - VmRSS(before)` is the step's peak growth.
   The child sets glibc's mmap threshold to a fixed 128 KiB (`mallopt(M_MMAP_THRESHOLD)`) so
   tensor-sized blocks are mmapped and returned on free: RSS then follows the live tensors instead
-  of whatever the heap kept from earlier steps (the same setting for both sides).
+  of whatever the heap kept from earlier steps. An hf_xfmr model that trains replaces that setting
+  with the one it runs under by default (`hf_xfmr.malloc`: freed blocks kept for reuse), so ours is
+  measured as users run it; the heap's free memory is released (`malloc_trim`) before the step, so
+  `VmRSS(before)` is the memory held, not what the warm-up steps left free.
 - Elsewhere (no `/proc`, or `clear_refs` not writable): `resource.getrusage(...).ru_maxrss` growth
   across the step. This is a lower bound, since a higher earlier peak (model construction) hides
   the step's; the method used is recorded with every measurement.
@@ -51,6 +54,8 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
+
+from ..malloc import release_freed_memory
 
 Batch = dict[str, torch.Tensor]
 SIDES = ("ours", "ref")
@@ -533,6 +538,7 @@ def measure_memory_here(case: BenchCase, side: str, *, warmup: int = 1, seed: in
         peak = torch.cuda.max_memory_allocated()
         return MemoryResult(side, (peak - before) / 2**20, before / 2**20, "cuda.max_memory_allocated")
     process_kb = proc_status_kb("VmHWM") if process_hwm else None  # the warm-up steps' peak
+    release_freed_memory()  # what the warm-up steps freed but the heap kept is not memory held
     if reset_peak_rss():
         before_kb = proc_status_kb("VmRSS")
         runner.step()

@@ -15,6 +15,7 @@ from transformers import PreTrainedModel
 
 from ..layers.bf16_products import in_bf16_products, keep_bf16_products
 from ..layers.init import normal_init_
+from ..malloc import when_training
 from .load_hook import ConvertsOnLoad
 
 
@@ -44,10 +45,11 @@ class XfmrPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
 
     def __init_subclass__(cls, **kwargs):
         """Every model class's forward runs bf16 autocast's products through the fp32 kernels on CPUs without AMX
-        (`layers.bf16_products`: the same bf16 results, at the fp32 kernels' speed)."""
+        (`layers.bf16_products`: the same bf16 results, at the fp32 kernels' speed), and the first forward that
+        trains has the process keep freed memory for reuse (`hf_xfmr.malloc`)."""
         super().__init_subclass__(**kwargs)
         if cls.forward is not nn.Module.forward:
-            cls.forward = in_bf16_products(cls.forward)
+            cls.forward = when_training(in_bf16_products(cls.forward))
 
     def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=checkpoint,
                                     every_n_layers: int = 1):
