@@ -38,8 +38,7 @@ class _AttentionWithDropout(torch.autograd.Function):
                 scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)
             else:
                 scores.add_(mask)
-        probs = torch.softmax(scores, dim=-1)
-        del scores
+        probs = torch.softmax(scores, dim=-1, out=scores)  # in place: no fresh (B, H, Tq, Tk) pages to fault in
         dropped = keep_mask(probs.shape, p, probs.device).mul_(probs)  # (B, H, Tq, Tk): probs / (1 - p) or 0
         out = torch.matmul(dropped, value)  # (B, H, Tq, D)
         ctx.save_for_backward(scaled, key, value, probs, dropped, out)
