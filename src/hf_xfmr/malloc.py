@@ -14,8 +14,8 @@ when told to (`mallopt`), which needs no preloading:
   allocation that fits;
 - `M_TRIM_THRESHOLD` = 1 GiB: the free top of the heap goes back to the OS only beyond that.
 
-hf_xfmr does this once per process, at the first forward of an hf_xfmr model that trains (`model.training`
-and gradients enabled): `XfmrPreTrainedModel` wraps every model class's forward (`when_training`). A
+hf_xfmr does this once per process, at the first forward of an hf_xfmr model that trains on the CPU
+(`model.training` and gradients enabled): `XfmrPreTrainedModel` wraps every model class's forward (`when_training`). A
 process that only runs inference is left alone, and so is one whose first training model was set up to save
 memory (gradient checkpointing on, or quantized weights as in QLoRA): there the heap's fragmentation costs
 more than such a run saves (a Llama QLoRA step, `llama-sft-qlora-padded`: process peak 343 MB above the
@@ -83,12 +83,13 @@ def saves_memory(model) -> bool:
 
 
 def on_training_forward(model) -> None:
-    """The first time a model trains in this process: `reuse_freed_memory()`, unless `HF_XFMR_MALLOC=system` or
-    `model` saves memory (`saves_memory`)."""
+    """The first time a model trains in this process: `reuse_freed_memory()` if it trains on the CPU, unless
+    `HF_XFMR_MALLOC=system` or `model` saves memory (`saves_memory`)."""
     if _state["done"]:
         return
     _state["done"] = True
-    if malloc_choice() == "reuse" and not saves_memory(model):
+    on_cpu = getattr(model, "device", torch.device("cpu")).type == "cpu"
+    if malloc_choice() == "reuse" and on_cpu and not saves_memory(model):
         reuse_freed_memory()
 
 
