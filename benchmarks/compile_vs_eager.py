@@ -3,8 +3,10 @@
     python benchmarks/compile_vs_eager.py --threads 1 --out benchmarks/results/compile
     python benchmarks/compile_vs_eager.py --cases bert --precisions fp32 --seq 128 --steps 2
 
-Each case is `benchmarks/profile_bf16.py`'s: our model of `hf-xfmr bench`'s `bert-mlm-train` / `gpt-clm-train` at
-its headline size (8 x 512 unless --batch / --seq say otherwise), trained as `hf-xfmr pretrain` trains it (an
+Each case is `benchmarks/profile_bf16.py`'s: our model of `hf-xfmr bench`'s `bert-mlm-train` / `gpt-clm-train` (the
+default), or with `--cases llama mixtral electra bigbird` of the families added since (`llama-sft-full-padded`,
+`mixtral-clm-train`, `electra-rtd-train`, `bigbird-mlm-train`), at its headline size (8 x 512 for BERT and GPT) unless
+--batch / --seq say otherwise, trained as `hf-xfmr pretrain` trains it (an
 `Accelerator` with mixed precision "no" or "bf16", fused AdamW, clipping at 1.0). The compiled side is what
 `--compile` does (`hf_xfmr.training.compiled.compile_model`: inductor, dynamic shapes, compiled before
 `accelerator.prepare`). Per side: `--warmup` untimed steps (the compiled side's first steps compile; their time is

@@ -44,7 +44,9 @@ import torch
 
 CATEGORIES = ("matmul", "casts", "elementwise", "softmax / attention", "norm", "loss", "embedding", "optimizer",
               "other")
-CASES = {"bert": "bert-mlm-train", "gpt": "gpt-clm-train"}
+CASES = {"bert": "bert-mlm-train", "gpt": "gpt-clm-train", "llama": "llama-sft-full-padded", "mixtral": "mixtral-clm-train",
+         "electra": "electra-rtd-train", "bigbird": "bigbird-mlm-train"}
+DEFAULT_CASES = ["bert", "gpt"]  # the issue's two; the families added since run on request (--cases)
 OPTIMIZER_PHASE = "phase: optimizer"
 # (category, pattern over the lower-cased op or autograd-node name); the first match wins.
 RULES = [(category, re.compile(pattern)) for category, pattern in (
@@ -217,10 +219,11 @@ def case_parser(description: str) -> argparse.ArgumentParser:
     """The options of a script over these cases (this one, compile_vs_eager.py): which cases and precisions, the
     batch's size, the threads."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=sorted(CASES), help="what to run")
+    parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=DEFAULT_CASES,
+                        help="what to run (default: bert gpt)")
     parser.add_argument("--precisions", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"])
-    parser.add_argument("--batch", type=int, default=None, help="rows per step (default: the case's, 8)")
-    parser.add_argument("--seq", type=int, default=None, help="tokens per row (default: the case's, 512)")
+    parser.add_argument("--batch", type=int, default=None, help="rows per step (default: the case's)")
+    parser.add_argument("--seq", type=int, default=None, help="tokens per row (default: the case's)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
     return parser
 
