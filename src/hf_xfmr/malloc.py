@@ -15,7 +15,8 @@ when told to (`mallopt`), which needs no preloading:
 - `M_TRIM_THRESHOLD` = 1 GiB: the free top of the heap goes back to the OS only beyond that.
 
 hf_xfmr does this once per process, at the first forward of an hf_xfmr model that trains on the CPU
-(`model.training` and gradients enabled): `XfmrPreTrainedModel` wraps every model class's forward (`when_training`). A
+(`model.training` and gradients enabled): `XfmrPreTrainedModel` wraps every model class's forward, which calls
+`on_training_forward`. A
 process that only runs inference is left alone, and so is one whose first training model was set up to save
 memory (gradient checkpointing on, or quantized weights as in QLoRA): there the heap's fragmentation costs
 more than such a run saves (a Llama QLoRA step, `llama-sft-qlora-padded`: process peak 343 MB above the
@@ -91,18 +92,3 @@ def on_training_forward(model) -> None:
     on_cpu = getattr(model, "device", torch.device("cpu")).type == "cpu"
     if malloc_choice() == "reuse" and on_cpu and not saves_memory(model):
         reuse_freed_memory()
-
-
-def when_training(forward):
-    """`forward` (a module's), calling `on_training_forward()` when the module trains with gradients on."""
-    if getattr(forward, "when_training", False):
-        return forward
-
-    @functools.wraps(forward)
-    def run(module, *args, **kwargs):
-        if not _state["done"] and module.training and torch.is_grad_enabled():
-            on_training_forward(module)
-        return forward(module, *args, **kwargs)
-
-    run.when_training = True
-    return run

@@ -21,8 +21,8 @@ autocast runs it.
 Which path: `HF_XFMR_BF16_PRODUCTS` = `auto` (the default: the fp32 kernels on a CPU without AMX, the bf16
 ones with AMX; on GPUs autocast is never touched), `fp32` (always the fp32 kernels on CPU) or `native`
 (torch's bf16 kernels: autocast exactly as torch runs it, the reference's behaviour). It applies to the
-forward of every hf_xfmr model (`XfmrPreTrainedModel` wraps each model class's forward in `in_bf16_products`,
-inside the autocast of Accelerate and Trainer, which wrap the forward), to its backward, and
+forward of every hf_xfmr model (`XfmrPreTrainedModel` runs each model class's forward inside `bf16_products()`,
+so inside the autocast of Accelerate and Trainer, which wrap the forward), to its backward, and
 to the layers gradient checkpointing replays (`keep_bf16_products`). A compiled graph cannot take this path
 (it would run torch's bf16 kernels): `--compile` keeps such bf16 steps eager and says so once.
 """
@@ -167,22 +167,6 @@ def bf16_products():
     if not bf16_products_wanted() or torch.compiler.is_compiling() or _active():
         return nullcontext()
     return Bf16ProductsInFp32()
-
-
-def in_bf16_products(forward):
-    """`forward`, run inside `bf16_products()`. Applied to every hf_xfmr model class's forward, so that the
-    choice is made where autocast is already on, whoever enters it: a user around the call, or Accelerate and
-    Trainer, which wrap the forward itself in autocast."""
-    if getattr(forward, "in_bf16_products", False):
-        return forward
-
-    @functools.wraps(forward)
-    def run(*args, **kwargs):
-        with bf16_products():
-            return forward(*args, **kwargs)
-
-    run.in_bf16_products = True
-    return run
 
 
 def keep_bf16_products(checkpoint_func):

@@ -9,13 +9,16 @@ the three output switches of a forward (`output_flags`). An architecture states 
 on request.
 """
 
+import functools
+
+import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 
-from ..layers.bf16_products import in_bf16_products, keep_bf16_products
+from ..layers.bf16_products import bf16_products, keep_bf16_products
 from ..layers.init import normal_init_
-from ..malloc import when_training
+from ..malloc import on_training_forward
 from .load_hook import ConvertsOnLoad
 
 
@@ -23,6 +26,22 @@ def collect(collected: tuple | None, item) -> tuple | None:
     """`collected + (item,)`, or None when nothing is being collected (the output was not asked for): every
     stack's `output_hidden_states` / `output_attentions` tuples, one entry per layer."""
     return None if collected is None else collected + (item,)
+
+
+def _in_machine_settings(forward):
+    """A model class's `forward`, run inside `bf16_products()` (so the choice is made where autocast is already
+    on, whoever entered it: a user around the call, or Accelerate and Trainer, which wrap the forward itself), and
+    telling `malloc.on_training_forward` when the model trains."""
+
+    @functools.wraps(forward)
+    def run(self, *args, **kwargs):
+        if self.training and torch.is_grad_enabled():
+            on_training_forward(self)
+        with bf16_products():
+            return forward(self, *args, **kwargs)
+
+    run.machine_settings = True
+    return run
 
 
 class XfmrPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
@@ -48,8 +67,8 @@ class XfmrPreTrainedModel(ConvertsOnLoad, PreTrainedModel):
         (`layers.bf16_products`: the same bf16 results, at the fp32 kernels' speed), and the first forward that
         trains has the process keep freed memory for reuse (`hf_xfmr.malloc`)."""
         super().__init_subclass__(**kwargs)
-        if cls.forward is not nn.Module.forward:
-            cls.forward = when_training(in_bf16_products(cls.forward))
+        if cls.forward is not nn.Module.forward and not getattr(cls.forward, "machine_settings", False):
+            cls.forward = _in_machine_settings(cls.forward)
 
     def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=checkpoint,
                                     every_n_layers: int = 1):
