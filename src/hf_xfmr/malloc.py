@@ -37,7 +37,7 @@ CHOICES = ("reuse", "system")
 KEEP_BYTES = 1 << 30  # blocks up to 1 GiB come from the heap; up to 1 GiB of free heap top is kept
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 
-_state = {"done": False}
+_first_training_seen = False
 
 
 def malloc_choice() -> str:
@@ -49,6 +49,7 @@ def malloc_choice() -> str:
     return choice
 
 
+@functools.cache
 def _glibc():
     """glibc as a ctypes library, or None (another C library, or another OS)."""
     if not sys.platform.startswith("linux"):
@@ -70,6 +71,14 @@ def reuse_freed_memory() -> bool:
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, KEEP_BYTES)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, KEEP_BYTES))
 
 
+def return_freed_memory() -> bool:
+    """The opposite of `reuse_freed_memory`: every block of 128 KiB or more mmapped and unmapped when freed (a fixed
+    threshold, which glibc then never raises), so the resident size follows the live tensors; for measuring memory
+    (the benchmark's memory child). True when it took effect."""
+    libc = _glibc()
+    return libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, 128 * 1024))
+
+
 def release_freed_memory() -> bool:
     """Give the heap's free memory back to the OS now (`malloc_trim(0)`), e.g. before reading the resident size
     as the memory a process holds. True where glibc released something."""
@@ -86,9 +95,10 @@ def saves_memory(model) -> bool:
 def on_training_forward(model) -> None:
     """The first time a model trains in this process: `reuse_freed_memory()` if it trains on the CPU, unless
     `HF_XFMR_MALLOC=system` or `model` saves memory (`saves_memory`)."""
-    if _state["done"]:
+    global _first_training_seen
+    if _first_training_seen:
         return
-    _state["done"] = True
+    _first_training_seen = True
     on_cpu = getattr(model, "device", torch.device("cpu")).type == "cpu"
     if malloc_choice() == "reuse" and on_cpu and not saves_memory(model):
         reuse_freed_memory()

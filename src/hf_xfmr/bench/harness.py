@@ -19,7 +19,7 @@ state, batch): i.e. activations, gradients and temporaries.
   `memory_allocated()` before the step.
 - CPU on Linux: the kernel's RSS high-water mark. Writing "5" to `/proc/self/clear_refs` resets
   `VmHWM` to the current RSS; after the step `VmHWM - VmRSS(before)` is the step's peak growth.
-  The child sets glibc's mmap threshold to a fixed 128 KiB (`mallopt(M_MMAP_THRESHOLD)`) so
+  The child sets glibc's mmap threshold to a fixed 128 KiB (`malloc.return_freed_memory`) so
   tensor-sized blocks are mmapped and returned on free: RSS then follows the live tensors instead
   of whatever the heap kept from earlier steps. An hf_xfmr model that trains replaces that setting
   with the one it runs under by default (`hf_xfmr.malloc`: freed blocks kept for reuse), so ours is
@@ -55,7 +55,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ..malloc import release_freed_memory
+from ..malloc import release_freed_memory, return_freed_memory
 
 Batch = dict[str, torch.Tensor]
 SIDES = ("ours", "ref")
@@ -551,24 +551,10 @@ def measure_memory_here(case: BenchCase, side: str, *, warmup: int = 1, seed: in
     return MemoryResult(side, max(maxrss_kb() - before_kb, 0) / 1024, before_kb / 1024, "ru_maxrss (lower bound)")
 
 
-def _limit_malloc_caching() -> None:
-    """glibc: serve blocks >= 128 KiB with mmap and never raise that threshold, so freed tensors go
-    back to the OS and RSS follows the live tensors (see the module docstring)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD; a fixed value also disables its dynamic growth
-    except (OSError, AttributeError):
-        pass  # not glibc: measure with the allocator as it is
-
-
 def _memory_child(conn, factory: str, kwargs: dict, module: str | None, side: str, threads, warmup, seed) -> None:
     """Body of the child process of `peak_memory`: rebuild the case by name, measure, send the result."""
     try:
-        _limit_malloc_caching()
+        return_freed_memory()
         if module:
             importlib.import_module(module)
         torch.set_num_threads(threads)
@@ -892,7 +878,7 @@ def memory_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--import", dest="imports", action="append", default=[],
                         help="module to import first (registers out-of-tree cases)")  # fmt: skip
     args = parser.parse_args(argv)
-    _limit_malloc_caching()
+    return_freed_memory()
     for module in args.imports:
         importlib.import_module(module)
     import_kb = proc_status_kb("VmRSS")  # hf_xfmr imported, no model built
