@@ -138,9 +138,8 @@ def with_fused_cpu_dropout(kernel, min_scores: int = 0):
     signature."""
 
     def attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0, is_causal=False, **kwargs):
-        scores = query.shape[:-1].numel() * key.shape[-2]  # B x H x Tq x Tk
         if dropout > 0.0 and _is_training(module) and query.device.type == "cpu" and query.dtype == torch.float32 \
-                and scores >= min_scores:
+                and query.shape[:-1].numel() * key.shape[-2] >= min_scores:  # B x H x Tq x Tk scores
             mask = _with_causal(attention_mask, is_causal, query.shape[-2], key.shape[-2], query.device)
             scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
             return attention_with_dropout(query, key, value, mask, scaling=scaling, p=dropout), None
