@@ -30,10 +30,8 @@ CASES = {
 
 def run(names: list[str], threads: int, repeats: int) -> list[dict]:
     """One row per case; where the reference fails under bf16 autocast, ours is timed alone and the error kept."""
-    import statistics
-
     from hf_xfmr import bench
-    from hf_xfmr.bench.harness import time_case, time_steps, torch_threads
+    from hf_xfmr.bench.harness import SideStats, time_case, time_steps, torch_threads
 
     rows = []
     for name in names:
@@ -47,7 +45,7 @@ def run(names: list[str], threads: int, repeats: int) -> list[dict]:
             row["ref_error"] = str(error).splitlines()[0]
             with torch_threads(threads):
                 times, _ = time_steps(case, sides=("ours",), repeats=repeats, warmup=1)
-            row.update(ours_ms=1e3 * statistics.median(times["ours"]), ref_ms=None)
+            row.update(ours_ms=SideStats.from_seconds(times["ours"]).median_ms, ref_ms=None)
         row["speed"] = row["ref_ms"] / row["ours_ms"] if row["ref_ms"] else None
         ref = row["ref_error"] or f"{row['ref_ms']:.0f} ms, {row['speed']:.2f}x"
         print(f"{name}: ours {row['ours_ms']:.0f} ms, transformers {ref}", flush=True)
